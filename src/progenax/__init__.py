@@ -1,0 +1,33 @@
+"""progenax: differentiable star-cluster initial conditions in JAX."""
+
+from . import audit as audit
+from . import diagnostics as diagnostics
+from . import imf as imf
+from . import sampling as sampling
+from .builders import plummer_builder as plummer_builder
+from .state import InitialConditions as InitialConditions
+from .state import ParticleState as ParticleState
+from .units import G_PHYSICAL as G_PHYSICAL
+from .units import Units as Units
+from .units import henon_units as henon_units
+from .units import physical_units as physical_units
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # builders
+    "plummer_builder",
+    # containers
+    "InitialConditions",
+    "ParticleState",
+    # units
+    "G_PHYSICAL",
+    "Units",
+    "henon_units",
+    "physical_units",
+    # submodules
+    "audit",
+    "diagnostics",
+    "imf",
+    "sampling",
+]

@@ -1,0 +1,50 @@
+"""Radii that summarise a cluster: half-mass and Lagrangian radii, 3D and projected.
+
+Each is a mass-weighted quantile of the radii about the centre of mass, found by
+sorting (the gradient flows through the sorted radii and interpolates linearly
+between the two stars that straddle the mass fraction).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .._types import Array, ArrayLike, Masses, Positions, Scalar
+
+
+def centre_of_mass(positions: Positions, masses: Masses) -> Array:
+    return jnp.sum(masses[:, None] * positions, axis=0) / jnp.sum(masses)
+
+
+def _weighted_quantile(values: Array, weights: Array, fractions: Array) -> Array:
+    order = jnp.argsort(values)
+    v = values[order]
+    w = weights[order]
+    # Mid-point cumulative fraction of each star: symmetric, so the quantile of
+    # a fraction f and 1-f mirror each other.
+    cum = (jnp.cumsum(w) - 0.5 * w) / jnp.sum(w)
+    return jnp.interp(fractions, cum, v)
+
+
+def lagrangian_radii(
+    positions: Positions,
+    masses: Masses,
+    fractions: ArrayLike = (0.1, 0.25, 0.5, 0.75, 0.9),
+    *,
+    projected: bool = False,
+) -> Array:
+    """Radii enclosing the given mass fractions, about the centre of mass.
+
+    `projected=True` uses the radius in the x-y plane (the observer looks along z).
+    """
+    x = positions - centre_of_mass(positions, masses)
+    if projected:
+        x = x[:, :2]
+    r2 = jnp.sum(x**2, axis=-1)
+    r = jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)) * (r2 > 0)
+    return _weighted_quantile(r, masses, jnp.asarray(fractions, dtype=r.dtype))
+
+
+def half_mass_radius(positions: Positions, masses: Masses, *, projected: bool = False) -> Scalar:
+    """Radius (3D, or projected on x-y) enclosing half of the mass."""
+    return lagrangian_radii(positions, masses, (0.5,), projected=projected)[0]

@@ -1,0 +1,86 @@
+"""Core containers: a particle set and the initial conditions built from it."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from ._types import Masses, Positions, Scalar, Velocities, Weights
+from .units import Units, henon_units, physical_units
+
+
+class ParticleState(eqx.Module):
+    """Positions (n, 3), velocities (n, 3) and masses (n,) of n particles."""
+
+    positions: Positions
+    velocities: Velocities
+    masses: Masses
+
+    @property
+    def n(self) -> int:
+        """Number of particles (static)."""
+        return self.masses.shape[0]
+
+    @property
+    def total_mass(self) -> Scalar:
+        return jnp.sum(self.masses)
+
+
+class InitialConditions(eqx.Module):
+    """A built cluster: its particles, soft membership weights, and provenance.
+
+    **Fields:**
+
+    - `state`: the `ParticleState`.
+    - `weights`: (n,) soft membership in [0, 1]; all 1 unless a modifier (tidal
+      truncation, say) lowers them. Consumers weight each star by it.
+    - `model`: name of the builder that made it, e.g. "plummer" (static).
+    - `params`: the parameters used, name -> value (differentiable leaves).
+    - `units`: the `Units` the state is expressed in.
+    """
+
+    state: ParticleState
+    weights: Weights
+    model: str = eqx.field(static=True)
+    params: dict[str, Scalar]
+    units: Units
+
+    @property
+    def n(self) -> int:
+        return self.state.n
+
+    def to_henon(self) -> "InitialConditions":
+        """Convert to Henon units: G = M = 1, length unit the virial radius.
+
+        The virial radius r_v = G M^2 / (2|W|) uses the weighted masses and the
+        potential energy from `progenax.diagnostics.potential_energy`.
+        """
+        from .diagnostics.energy import potential_energy
+
+        if self.units.name == "henon":
+            return self
+        phys = self.to_physical()
+        s = phys.state
+        m = s.masses * phys.weights
+        mtot = jnp.sum(m)
+        w = potential_energy(s.positions, m, G=phys.units.G)
+        r_v = phys.units.G * mtot**2 / (2.0 * jnp.abs(w))
+        return _rescale(phys, henon_units(mtot, r_v))
+
+    def to_physical(self) -> "InitialConditions":
+        """Convert to physical units (pc, Msun, km/s)."""
+        if self.units.name == "physical":
+            return self
+        return _rescale(self, physical_units())
+
+
+def _rescale(ic: InitialConditions, new: Units) -> InitialConditions:
+    """Express `ic` in the unit system `new` (same physical cluster)."""
+    old = ic.units
+    s = ic.state
+    state = ParticleState(
+        positions=s.positions * (old.length_pc / new.length_pc),
+        velocities=s.velocities * (old.velocity_kms / new.velocity_kms),
+        masses=s.masses * (old.mass_msun / new.mass_msun),
+    )
+    return InitialConditions(state, ic.weights, ic.model, ic.params, new)

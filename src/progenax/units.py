@@ -1,0 +1,84 @@
+r"""Unit systems: physical (pc, Msun, km/s) and Henon N-body units.
+
+A `Units` value records how big one code unit of length, mass and velocity is in
+physical units, and the gravitational constant in code units:
+
+- **physical** (default): length 1 pc, mass 1 Msun, velocity 1 km/s,
+  $G = 4.300917270\times10^{-3}\ \mathrm{pc\,M_\odot^{-1}\,(km/s)^2}$.
+- **Henon** (N-body) units: $G = M = 1$ and the length unit is the virial radius
+  $r_v = G M^2 / (2|W|)$, so that the total energy of a cluster in virial
+  equilibrium ($Q = 1/2$) is $E = -1/4$. The velocity unit is $\sqrt{G M / r_v}$.
+
+Using the virial radius rather than $-G M^2/(4E)$ keeps the conversion defined for
+clusters that are not in equilibrium (any Q, even unbound ones); the two agree at
+$Q = 1/2$.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from ._types import ArrayLike, Scalar
+
+G_PHYSICAL = 4.300917270e-3
+"""Gravitational constant in pc Msun^-1 (km/s)^2."""
+
+PC_KM = 3.0856775814913673e13
+"""One parsec in km."""
+
+MYR_S = 3.15576e13
+"""One mega-year (Julian) in s."""
+
+
+class Units(eqx.Module):
+    """A unit system: the size of one code unit in pc, Msun and km/s.
+
+    **Arguments:**
+
+    - `name`: "physical" or "henon" (static).
+    - `length_pc`, `mass_msun`, `velocity_kms`: one code unit of length, mass and
+      velocity expressed in pc, Msun and km/s.
+    """
+
+    name: str = eqx.field(static=True)
+    length_pc: Scalar
+    mass_msun: Scalar
+    velocity_kms: Scalar
+
+    @property
+    def G(self) -> Scalar:
+        """Gravitational constant in these units."""
+        return G_PHYSICAL * self.mass_msun / (self.length_pc * self.velocity_kms**2)
+
+    @property
+    def time_myr(self) -> Scalar:
+        """One code unit of time (length / velocity) in Myr."""
+        return self.length_pc * PC_KM / self.velocity_kms / MYR_S
+
+
+def physical_units() -> Units:
+    """pc, Msun, km/s (G = 4.300917270e-3)."""
+    one = jnp.asarray(1.0)
+    return Units("physical", one, one, one)
+
+
+def henon_units(total_mass_msun: ArrayLike, virial_radius_pc: ArrayLike) -> Units:
+    r"""Henon units for a cluster of total mass M (Msun) and virial radius r_v (pc).
+
+    The velocity unit is $\sqrt{G M / r_v}$ km/s, so that $G = 1$ in these units.
+    """
+    m = jnp.asarray(total_mass_msun)
+    r = jnp.asarray(virial_radius_pc)
+    v = jnp.sqrt(G_PHYSICAL * m / r)
+    return Units("henon", r, m, v)
+
+
+UNIT_SYSTEMS = ("physical", "henon")
+
+
+def check_units_name(units: str) -> str:
+    """Validate a unit-system name eagerly (a static choice)."""
+    if units not in UNIT_SYSTEMS:
+        raise ValueError(f"units must be one of {UNIT_SYSTEMS}, got {units!r}")
+    return units
