@@ -75,3 +75,12 @@ def test_builders_contain_no_while_loop(name):
     build = getattr(progenax, name)
     jaxpr = str(jax.make_jaxpr(lambda k: build(k, n=64).state)(jax.random.PRNGKey(0)))
     assert "while" not in jaxpr
+
+
+def test_plummer_speed_extreme_tails():
+    # The end cells use power-law first guesses; check them at extreme u.
+    u = jnp.concatenate([jnp.geomspace(1e-15, 1e-3, 200), 1.0 - jnp.geomspace(1e-15, 1e-3, 200)])
+    q = sample_speed_fraction(u)
+    assert bool(jnp.all((q >= 0) & (q <= 1)))
+    residual = jnp.abs(speed_fraction_cdf(jnp.arcsin(q)) - u)
+    assert float(residual.max()) < 1e-14

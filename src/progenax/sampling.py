@@ -10,16 +10,18 @@ anything `F` closes over, and to `t`, is the implicit-function-theorem slope
 
 $$\frac{\partial x}{\partial\theta} = -\frac{\partial_\theta F(x,\theta) - \partial_\theta t}{\partial_x F(x,\theta)},$$
 
-obtained by one extra Newton step on the converged root with the iteration itself
-outside autodiff.
+given by a `custom_jvp` rule on the converged root (the iteration itself stays
+outside autodiff, and the forward pass pays nothing for the gradient).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._types import Array
 
@@ -43,6 +45,9 @@ def solve_increasing(
     hi: Array,
     *,
     num_steps: int = 40,
+    F_lo: Array | None = None,
+    F_hi: Array | None = None,
+    x0: Array | None = None,
 ) -> Array:
     r"""Solve $F(x) = t$ for increasing elementwise $F$ on the bracket [lo, hi].
 
@@ -51,6 +56,9 @@ def solve_increasing(
     - `F`: increasing elementwise function; may close over traced parameters.
     - `target`: the values $t$ (any shape broadcast with lo, hi).
     - `lo`, `hi`: bracket with $F(lo) \le t \le F(hi)$.
+    - `F_lo`, `F_hi`: F at the bracket ends, when already known (saves two
+      evaluations).
+    - `x0`: first guess inside the bracket (default: the secant of the bracket).
     - `num_steps`: fixed number of safeguarded-Newton steps (static). Newton
       converges quadratically once inside its basin; the secant fallback at
       least linearly. From a table bracket a few steps reach machine precision
@@ -81,15 +89,34 @@ def solve_increasing(
 
     a0 = jax.lax.stop_gradient(lo)
     b0 = jax.lax.stop_gradient(hi)
-    fa0, fb0 = jax.lax.stop_gradient(F(a0)), jax.lax.stop_gradient(F(b0))
-    init = (secant(a0, fa0, b0, fb0), a0, fa0, b0, fb0)
-    (root, *_), _ = jax.lax.scan(step, init, None, length=num_steps)
-    # The iteration's own derivative is discarded (and dead-code eliminated).
+    fa0 = jax.lax.stop_gradient(F(a0) if F_lo is None else F_lo)
+    fb0 = jax.lax.stop_gradient(F(b0) if F_hi is None else F_hi)
+    guess = secant(a0, fa0, b0, fb0) if x0 is None else jnp.clip(jax.lax.stop_gradient(x0), a0, b0)
+    init = (guess, a0, fa0, b0, fb0)
+    # A short fixed loop is unrolled so XLA fuses it into one elementwise pass
+    # (a rolled scan writes the 5 carried arrays to memory every step).
+    (root, *_), _ = jax.lax.scan(step, init, None, length=num_steps, unroll=num_steps <= 8)
+    # The iteration's own derivative is discarded (and dead-code eliminated);
+    # the implicit-function rule supplies it instead.
     root = jax.lax.stop_gradient(root)
-    # One Newton step on the converged root carries the implicit gradient: its
-    # value is root (F(root) = t to solver precision), its derivative -F_theta/F_x.
-    f, df = _value_and_slope(F, root)
-    return root - safe_divide(f - target, jax.lax.stop_gradient(df))
+    F_closed, consts = jax.closure_convert(F, root)
+    return _implicit_root(F_closed, root, target, *consts)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _implicit_root(F_closed, root, target, *consts):
+    """The root itself; its tangent is -(dF/dconsts . dconsts - dt) / F_x."""
+    return root
+
+
+@_implicit_root.defjvp
+def _implicit_root_jvp(F_closed, primals, tangents):
+    root, target, *consts = primals
+    _, d_target, *d_consts = tangents
+    _, F_x = jax.jvp(lambda x: F_closed(x, *consts), (root,), (jnp.ones_like(root),))
+    _, dF = jax.jvp(lambda *c: F_closed(root, *c), tuple(consts), tuple(d_consts))
+    d_target = jnp.zeros_like(root) if isinstance(d_target, jax.custom_derivatives.SymbolicZero) else d_target
+    return root, safe_divide(d_target - dF, F_x)
 
 
 def tabulated_bracket(grid: Array, values: Array, targets: Array) -> tuple[Array, Array]:
@@ -119,6 +146,52 @@ def inverse_cdf(
     table = jax.lax.stop_gradient(cdf(grid))
     lo, hi = tabulated_bracket(grid, table, jax.lax.stop_gradient(u))
     return solve_increasing(cdf, u, lo, hi, num_steps=num_steps)
+
+
+def quantile_table(cdf_numpy: Callable[[np.ndarray], np.ndarray], lo: float, hi: float, size: int) -> np.ndarray:
+    """x_k = F^{-1}(k / size) for k = 0..size, by bisection in NumPy float64.
+
+    For a parameter-free CDF the table is built once (microseconds) and then
+    every sample finds its bracket by `floor(u * size)`, with no search.
+    """
+    targets = np.linspace(0.0, 1.0, size + 1)
+    a = np.full_like(targets, lo)
+    b = np.full_like(targets, hi)
+    for _ in range(64):
+        mid = 0.5 * (a + b)
+        below = cdf_numpy(mid) < targets
+        a = np.where(below, mid, a)
+        b = np.where(below, b, mid)
+    x = 0.5 * (a + b)
+    x[0], x[-1] = lo, hi
+    return x
+
+
+def inverse_cdf_from_quantiles(
+    cdf: Callable[[Array], Array],
+    u: Array,
+    quantiles: np.ndarray,
+    *,
+    num_steps: int = 3,
+    guess: Callable[[Array, Array, Array, Array], Array] | None = None,
+) -> Array:
+    """x = F^{-1}(u) for a fixed CDF with a `quantile_table` to bracket.
+
+    u in [k/K, (k+1)/K] lies between quantiles k and k+1, whose CDF values are
+    known exactly, so the bracket costs one multiply and two gathers. Inside a
+    cell the first guess is the secant; `guess(k, w, lo, hi)` (w in [0, 1] the
+    position of u inside cell k) can replace it where the CDF's shape is known,
+    typically in the two end cells where it behaves as a power law.
+    """
+    size = quantiles.shape[0] - 1
+    table = jnp.asarray(quantiles, dtype=u.dtype)
+    k = jnp.clip(jnp.floor(u * size).astype(jnp.int32), 0, size - 1)
+    f_lo = k.astype(u.dtype) / size
+    lo, hi = table[k], table[k + 1]
+    x0 = None if guess is None else guess(k, u * size - k, lo, hi)
+    return solve_increasing(
+        cdf, u, lo, hi, num_steps=num_steps, F_lo=f_lo, F_hi=f_lo + 1.0 / size, x0=x0
+    )
 
 
 def uniform_open(key: Array, shape: tuple[int, ...], dtype=None) -> Array:
