@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ._fusion import materialize
 from ._types import Array, ArrayLike, Key
 from .diagnostics.energy import scale_to_virial_ratio
 from .imf import PowerLawIMF, kroupa, salpeter
@@ -89,14 +90,14 @@ def finish_cluster(
 def _plummer(key, n, r_h, alpha, Q, imf, units):
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     dtype = r_h.dtype
-    masses = sample_masses(k_m, n, imf, alpha)
+    masses = materialize(sample_masses(k_m, n, imf, alpha))
     a = plummer_scale_radius(r_h)
-    radii = plummer_sample_radii(uniform_open(k_r, (n,), dtype), a)
+    radii = materialize(plummer_sample_radii(uniform_open(k_r, (n,), dtype), a))
     positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
     # Escape speed sqrt(-2 Phi) and the DF's speed fraction q = v / v_e.
     v_escape = jnp.sqrt(2.0 * G_PHYSICAL * jnp.sum(masses) / jnp.sqrt(radii**2 + a**2))
-    speeds = v_escape * sample_speed_fraction(jax.random.uniform(k_v, (n,), dtype))
-    velocities = speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
+    q = materialize(sample_speed_fraction(jax.random.uniform(k_v, (n,), dtype)))
+    velocities = (v_escape * q)[:, None] * isotropic_directions(k_vdir, n, dtype)
     params = {"r_h": r_h, "alpha": alpha}
     if Q is not None:
         params["Q"] = Q

@@ -1,0 +1,116 @@
+"""Build time of Plummer + Kroupa IMF + virial scaling, against a NumPy reference.
+
+progenax: compile time (lower + compile, once per n) and build time after compile
+(median of repeats). Reference: the classic NumPy recipe that AMUSE's
+`new_plummer_model` and McLuster follow (radii by inverting M(r), speeds by von
+Neumann rejection from the Plummer DF, Kroupa masses by inverse CDF, virial
+scaling with the same spherical potential estimate). Both run on this machine's
+CPU in float64.
+
+    python benchmarks/builders.py [--sizes 10000 100000 1000000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import progenax  # noqa: E402
+from progenax.diagnostics import virial_ratio  # noqa: E402
+
+G = progenax.G_PHYSICAL
+
+
+def numpy_reference(rng: np.random.Generator, n: int, r_h: float = 1.0, q_target: float = 0.5):
+    """Plummer + Kroupa + virial scaling in plain NumPy (rejection for speeds)."""
+    # Kroupa (2001) masses: two segments, inverse CDF per segment.
+    a1, a2, m0, mb, m1 = 1.3, 2.3, 0.08, 0.5, 100.0
+    n1 = (mb ** (1 - a1) - m0 ** (1 - a1)) / (1 - a1)
+    n2 = mb ** (a2 - a1) * (m1 ** (1 - a2) - mb ** (1 - a2)) / (1 - a2)
+    u = rng.random(n)
+    low = u < n1 / (n1 + n2)
+    v = np.where(low, u * (n1 + n2) / n1, (u * (n1 + n2) - n1) / n2)
+    masses = np.where(
+        low,
+        (m0 ** (1 - a1) + v * (mb ** (1 - a1) - m0 ** (1 - a1))) ** (1 / (1 - a1)),
+        (mb ** (1 - a2) + v * (m1 ** (1 - a2) - mb ** (1 - a2))) ** (1 / (1 - a2)),
+    )
+    a = r_h * np.sqrt(2 ** (2 / 3) - 1)
+    r = a / np.sqrt(rng.random(n) ** (-2 / 3) - 1)
+    # Von Neumann rejection for q = v / v_esc with g(q) = q^2 (1 - q^2)^3.5 <= 0.1.
+    q = np.empty(n)
+    todo = np.arange(n)
+    while todo.size:
+        x, y = rng.random(todo.size), 0.1 * rng.random(todo.size)
+        ok = y < x**2 * (1 - x**2) ** 3.5
+        q[todo[ok]] = x[ok]
+        todo = todo[~ok]
+    def directions():
+        c = rng.uniform(-1, 1, n)
+        p = rng.uniform(0, 2 * np.pi, n)
+        s = np.sqrt(1 - c**2)
+        return np.stack([s * np.cos(p), s * np.sin(p), c], 1)
+    mtot = masses.sum()
+    pos = r[:, None] * directions()
+    vel = (q * np.sqrt(2 * G * mtot / np.sqrt(r**2 + a**2)))[:, None] * directions()
+    pos -= (masses[:, None] * pos).sum(0) / mtot
+    vel -= (masses[:, None] * vel).sum(0) / mtot
+    rr = np.linalg.norm(pos, axis=1)
+    order = np.argsort(rr)
+    inside = np.cumsum(masses[order]) - masses[order]
+    w = -G * np.sum(masses[order] * inside / rr[order])
+    t = 0.5 * np.sum(masses * np.sum(vel**2, 1))
+    vel *= np.sqrt(q_target * abs(w) / t)
+    return pos, vel, masses
+
+
+def time_progenax(n: int, repeats: int) -> tuple[float, float, float]:
+    build = jax.jit(lambda key: progenax.plummer_builder(key, n=n, r_h=1.0, alpha=2.3, Q=0.5).state)
+    key = jax.random.PRNGKey(0)
+    t0 = time.perf_counter()
+    compiled = build.lower(key).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for i in range(repeats):
+        k = jax.random.PRNGKey(i + 1)
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(compiled(k))
+        times.append(time.perf_counter() - t0)
+    q = float(virial_ratio(state.positions, state.velocities, state.masses))
+    return compile_s, statistics.median(times), q
+
+
+def time_numpy(n: int, repeats: int) -> float:
+    times = []
+    for i in range(repeats):
+        rng = np.random.default_rng(i)
+        t0 = time.perf_counter()
+        numpy_reference(rng, n)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, float64; median of {args.repeats}")
+    print(f"{'n':>9} {'compile [s]':>12} {'progenax [s]':>13} {'numpy ref [s]':>14} {'ratio':>7} {'Q built':>8}")
+    for n in args.sizes:
+        compile_s, build_s, q = time_progenax(n, args.repeats)
+        ref_s = time_numpy(n, args.repeats)
+        print(f"{n:>9} {compile_s:>12.2f} {build_s:>13.3f} {ref_s:>14.3f} {ref_s / build_s:>7.2f} {q:>8.4f}")
+    print("ratio = numpy time / progenax time (above 1: progenax faster).")
+    print("Up to n = 20,000 progenax scales Q with the exact pairwise W (O(n^2));")
+    print("the NumPy reference always uses the O(n log n) spherical estimate.")
+
+
+if __name__ == "__main__":
+    main()
