@@ -3,7 +3,9 @@
 from . import audit as audit
 from . import diagnostics as diagnostics
 from . import imf as imf
+from . import io as io
 from . import sampling as sampling
+from .builders import eff_builder as eff_builder
 from .builders import plummer_builder as plummer_builder
 from .state import InitialConditions as InitialConditions
 from .state import ParticleState as ParticleState
@@ -16,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # builders
+    "eff_builder",
     "plummer_builder",
     # containers
     "InitialConditions",
@@ -29,5 +32,6 @@ __all__ = [
     "audit",
     "diagnostics",
     "imf",
+    "io",
     "sampling",
 ]

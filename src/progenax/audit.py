@@ -148,4 +148,11 @@ def _load_registry() -> None:
         AuditEntry("plummer_builder", "r_h", 1.0, (1e-3, 1e3)),
         AuditEntry("plummer_builder", "alpha", 2.3, (0.5, 4.0)),
         AuditEntry("plummer_builder", "Q", 0.5, (1e-3, 5.0)),
+        AuditEntry("eff_builder", "gamma", 3.0, (2.05, 12.0)),
+        AuditEntry("eff_builder", "r_h", 1.0, (1e-3, 1e3)),
+        AuditEntry("eff_builder", "alpha", 2.3, (0.5, 4.0)),
+        AuditEntry("eff_builder", "Q", 0.5, (1e-3, 5.0)),
+        AuditEntry("eff_builder", "r_t", 10.0, (1.3, 1e4), kwargs={"gamma": 3.0}),
+        # Truncated with gamma < 2 needs (r_h / r_t)^(2 - gamma) > 1/2: gamma > 1.37 at r_t = 3 r_h.
+        AuditEntry("eff_builder", "gamma", 1.8, (1.4, 8.0), kwargs={"r_t": 3.0}),
     )

@@ -17,6 +17,7 @@ from ._types import Array, ArrayLike, Key
 from .diagnostics.energy import scale_to_virial_ratio
 from .imf import PowerLawIMF, kroupa, salpeter
 from .kinematics.plummer_df import sample_speed_fraction
+from .profiles.eff import eff_sample_radii, eff_scale_radius, eff_velocity_dispersion
 from .profiles.plummer import plummer_sample_radii, plummer_scale_radius
 from .sampling import isotropic_directions, uniform_open
 from .state import InitialConditions, ParticleState
@@ -49,6 +50,13 @@ def _check_Q(checks: ParameterChecks, Q: ArrayLike | None) -> Array | None:
     return None if Q is None else checks.range("Q", Q, lower=0.0)
 
 
+def resolve_imf(imf: str | PowerLawIMF, alpha: Array) -> PowerLawIMF:
+    """The power-law IMF behind a choice ("equal" uses Kroupa(alpha)'s mean mass)."""
+    if isinstance(imf, PowerLawIMF):
+        return imf
+    return salpeter() if imf == "salpeter" else kroupa(alpha)
+
+
 def sample_masses(key: Key, n: int, imf: str | PowerLawIMF, alpha: Array) -> Array:
     """n stellar masses (Msun) from the IMF choice.
 
@@ -56,10 +64,23 @@ def sample_masses(key: Key, n: int, imf: str | PowerLawIMF, alpha: Array) -> Arr
     (1955); "equal": every star has the mean mass of Kroupa(alpha), so the
     expected total mass matches the Kroupa cluster of the same n.
     """
+    dist = resolve_imf(imf, alpha)
     if imf == "equal":
-        return jnp.full((n,), kroupa(alpha).mean_mass())
-    dist = kroupa(alpha) if imf == "kroupa" else salpeter() if imf == "salpeter" else imf
+        return jnp.full((n,), dist.mean_mass())
     return dist.sample(key, (n,))
+
+
+def imf_params(imf: str | PowerLawIMF, alpha: Array) -> dict[str, Array]:
+    """What `InitialConditions.params` records about the masses.
+
+    `alpha` when it was used (Kroupa or equal masses), and the breaks and slopes
+    of the IMF the masses were drawn from (not for equal masses).
+    """
+    params = {} if isinstance(imf, PowerLawIMF) or imf == "salpeter" else {"alpha": alpha}
+    if imf != "equal":
+        dist = resolve_imf(imf, alpha)
+        params.update(imf_breaks=dist.breaks, imf_slopes=dist.slopes)
+    return params
 
 
 def _centre(x: Array, masses: Array) -> Array:
@@ -74,12 +95,23 @@ def finish_cluster(
     params: dict[str, Array],
     Q: Array | None,
     units: str,
+    *,
+    centre_positions: bool = True,
 ) -> InitialConditions:
-    """Move to the centre-of-mass frame, scale to Q (unless None), set units."""
-    positions = _centre(positions, masses)
+    """Move to the centre-of-mass frame, scale to Q (unless None), set units.
+
+    Velocities always get zero total momentum; positions are moved to the centre
+    of mass unless `centre_positions=False` (heavy-tailed models keep their model
+    centre at the origin).
+    """
     velocities = _centre(velocities, masses)
     if Q is not None:
-        velocities = scale_to_virial_ratio(positions, velocities, masses, Q, G=G_PHYSICAL)
+        # Positions are still about the model centre: the spherical estimate of
+        # W (n > 20,000) uses it as the centre of its shells.
+        origin = jnp.zeros(3, positions.dtype)
+        velocities = scale_to_virial_ratio(positions, velocities, masses, Q, G=G_PHYSICAL, centre=origin)
+    if centre_positions:
+        positions = _centre(positions, masses)
     state = ParticleState(positions, velocities, masses)
     ic = InitialConditions(state, jnp.ones_like(masses), model, params, physical_units())
     return ic.to_henon() if units == "henon" else ic
@@ -98,7 +130,7 @@ def _plummer(key, n, r_h, alpha, Q, imf, units):
     v_escape = jnp.sqrt(2.0 * G_PHYSICAL * jnp.sum(masses) / jnp.sqrt(radii**2 + a**2))
     q = materialize(sample_speed_fraction(jax.random.uniform(k_v, (n,), dtype)))
     velocities = (v_escape * q)[:, None] * isotropic_directions(k_vdir, n, dtype)
-    params = {"r_h": r_h, "alpha": alpha}
+    params = {"r_h": r_h, **imf_params(imf, alpha)}
     if Q is not None:
         params["Q"] = Q
     return finish_cluster("plummer", positions, velocities, masses, params, Q, units)
@@ -153,3 +185,91 @@ def plummer_builder(
     alpha = _check_alpha(checks, alpha)
     Q = _check_Q(checks, Q)
     return checks.attach(_plummer(_as_key(key), n, r_h, alpha, Q, imf, units))
+
+
+# -- EFF -----------------------------------------------------------------------
+@eqx.filter_jit
+def _eff(key, n, gamma, r_h, r_t, alpha, Q, imf, units):
+    k_m, k_r, k_rdir, k_v = jax.random.split(key, 4)
+    dtype = r_h.dtype
+    masses = materialize(sample_masses(k_m, n, imf, alpha))
+    a = eff_scale_radius(r_h, gamma, r_t)
+    radii = materialize(eff_sample_radii(uniform_open(k_r, (n,), dtype), gamma, a, r_t))
+    positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
+    sigma = eff_velocity_dispersion(radii, gamma, a, jnp.sum(masses), G_PHYSICAL, r_t)
+    velocities = materialize(sigma)[:, None] * jax.random.normal(k_v, (n, 3), dtype)
+    params = {"gamma": gamma, "r_h": r_h, **imf_params(imf, alpha)}
+    if r_t is not None:
+        params["r_t"] = r_t
+    if Q is not None:
+        params["Q"] = Q
+    # The centre of mass of an untruncated EFF cluster with gamma <= 5 has no
+    # finite variance (a few far-out stars move it by parsecs), so positions stay
+    # about the model centre; the velocities still get zero total momentum.
+    return finish_cluster("eff", positions, velocities, masses, params, Q, units, centre_positions=False)
+
+
+def eff_builder(
+    key: Key | int,
+    *,
+    n: int = 10_000,
+    gamma: ArrayLike = 3.0,
+    r_h: ArrayLike = 1.0,
+    r_t: ArrayLike | None = None,
+    alpha: ArrayLike = 2.3,
+    Q: ArrayLike | None = 0.5,
+    imf: str | PowerLawIMF | None = None,
+    units: str = "physical",
+) -> InitialConditions:
+    r"""An Elson, Fall & Freeman (1987) cluster, optionally truncated at `r_t`.
+
+    $\rho(r) \propto (1 + r^2/a^2)^{-(\gamma+1)/2}$ for $r \le r_t$, whose surface
+    density falls as $(1 + R^2/a^2)^{-\gamma/2}$; $a$ is solved so that the 3D
+    half-mass radius is `r_h` (`progenax.profiles.eff.eff_scale_radius`). Radii by
+    inverse CDF of M(r) (`eff_sample_radii`). **Velocities come from the isotropic
+    Jeans equation**: each component is Gaussian with the local dispersion
+    $\sigma(r)$ of `eff_velocity_dispersion` (not an Eddington inversion, so the
+    speed distribution at each radius is Maxwellian rather than the model's DF,
+    and a few stars may exceed the local escape speed). Velocities are moved to
+    the centre-of-mass frame and scaled to `Q` (None keeps the Jeans velocities,
+    whose expected Q is 1/2 for the untruncated model). **Positions stay about the
+    model centre** (the origin), not the centre of mass: for an untruncated
+    model with gamma <= 5 the centre of mass has infinite variance, and a few halo
+    stars would move the core by parsecs.
+
+    **Arguments:**
+
+    - `key`: a `jax.random` key (or an int seed); `n`: number of stars (static).
+    - `gamma`: surface-density slope; > 2 untruncated, > 0 with `r_t`.
+    - `r_h`: 3D half-mass radius in pc (> 0; below 2^(-1/3) `r_t` when truncated).
+    - `r_t`: truncation radius in pc, or None for the infinite model.
+    - `alpha`, `Q`, `imf`, `units`: as for `plummer_builder`.
+
+    **Returns:** `InitialConditions` with `model="eff"`; differentiable in gamma,
+    r_h, r_t, alpha and Q.
+
+    ```python
+    ic = progenax.eff_builder(jax.random.PRNGKey(0), n=10_000, gamma=3.0, r_h=1.0)
+    ```
+    """
+    n = check_count("n", n)
+    units = check_units_name(units)
+    imf = _check_imf(imf)
+    checks = ParameterChecks()
+    r_h = checks.range("r_h", r_h, lower=0.0)
+    if r_t is None:
+        gamma = checks.range("gamma", gamma, lower=2.0)
+    else:
+        gamma = checks.range("gamma", gamma, lower=0.0)
+        r_t = checks.range("r_t", r_t, lower=0.0)
+        # A half-mass radius needs r_h < 2^(-1/3) r_t (the uniform-sphere limit)
+        # and, for gamma < 2, (r_h / r_t)^(2 - gamma) > 1/2.
+        ratio = r_h / r_t
+        checks.condition(
+            (ratio >= 2.0 ** (-1.0 / 3.0))
+            | ((gamma < 2.0) & ((2.0 - gamma) * jnp.log(ratio) <= -jnp.log(2.0))),
+            "r_h must be < 2^(-1/3) r_t and, for gamma < 2, (r_h/r_t)^(2-gamma) > 1/2",
+        )
+    alpha = _check_alpha(checks, alpha)
+    Q = _check_Q(checks, Q)
+    return checks.attach(_eff(_as_key(key), n, gamma, r_h, r_t, alpha, Q, imf, units))

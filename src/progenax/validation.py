@@ -95,6 +95,16 @@ class ParameterChecks:
         self._messages.append(message)
         return x
 
+    def condition(self, bad: ArrayLike, message: str) -> None:
+        """A relation between parameters: raise (eagerly) or record if `bad`."""
+        bad = jnp.asarray(bad)
+        if _is_concrete(bad):
+            if bool(jnp.any(bad)):
+                raise ValueError(message)
+            return
+        self._preds.append(jnp.any(bad))
+        self._messages.append(message)
+
     def attach(self, output):
         if not self._preds:
             return output

@@ -73,7 +73,7 @@ def test_centre_of_mass_frame_and_weights():
     np.testing.assert_allclose(jnp.sum(m * s.positions, 0) / jnp.sum(m), 0.0, atol=1e-12)
     np.testing.assert_allclose(jnp.sum(m * s.velocities, 0) / jnp.sum(m), 0.0, atol=1e-12)
     assert bool(jnp.all(ic.weights == 1.0))
-    assert ic.model == "plummer" and set(ic.params) == {"r_h", "alpha", "Q"}
+    assert ic.model == "plummer" and set(ic.params) == {"r_h", "alpha", "Q", "imf_breaks", "imf_slopes"}
 
 
 def test_henon_units_energy_is_minus_quarter():

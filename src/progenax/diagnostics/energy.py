@@ -67,8 +67,9 @@ def _exact_potential(positions: Positions, masses: Masses, block_size: int) -> S
     return -total
 
 
-def _spherical_potential(positions: Positions, masses: Masses) -> Scalar:
-    centre = jnp.sum(masses[:, None] * positions, axis=0) / jnp.sum(masses)
+def _spherical_potential(positions: Positions, masses: Masses, centre: Array | None) -> Scalar:
+    if centre is None:
+        centre = jnp.sum(masses[:, None] * positions, axis=0) / jnp.sum(masses)
     r2 = jnp.sum((positions - centre) ** 2, axis=-1)
     # Sorting by radius: the permutation only decides which mass counts as
     # inside; the gradient flows through the sorted radii and gathered masses.
@@ -87,6 +88,7 @@ def potential_energy(
     G: float | Array = G_PHYSICAL,
     method: str = "auto",
     block_size: int = 512,
+    centre: Array | None = None,
 ) -> Scalar:
     """Gravitational potential energy W (negative) of point masses.
 
@@ -98,6 +100,9 @@ def potential_energy(
       "spherical" (shell-theorem estimate, see the module docstring) or "auto"
       (exact up to `EXACT_MAX_N` stars, spherical above).
     - `block_size`: rows per block of the exact sum (static).
+    - `centre`: (3,) centre of the shells for "spherical" (default: the centre
+      of mass; a builder passes its model centre, which heavy-tailed models
+      need since their centre of mass wanders far from the core).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -107,7 +112,7 @@ def potential_energy(
     if method == "exact":
         w = _exact_potential(positions, masses, min(block_size, n))
     else:
-        w = _spherical_potential(positions, masses)
+        w = _spherical_potential(positions, masses, centre)
     return G * w
 
 
@@ -118,11 +123,15 @@ def virial_ratio(
     *,
     G: float | Array = G_PHYSICAL,
     method: str = "auto",
+    centre: Array | None = None,
 ) -> Scalar:
-    """Q = T / |W|, with T measured in the centre-of-mass frame."""
+    """Q = T / |W|, with T measured in the centre-of-mass frame.
+
+    `method` and `centre` are passed to `potential_energy`.
+    """
     v_com = jnp.sum(masses[:, None] * velocities, axis=0) / jnp.sum(masses)
     t = kinetic_energy(velocities - v_com, masses)
-    w = potential_energy(positions, masses, G=G, method=method)
+    w = potential_energy(positions, masses, G=G, method=method, centre=centre)
     return t / jnp.abs(w)
 
 
@@ -134,13 +143,15 @@ def scale_to_virial_ratio(
     *,
     G: float | Array = G_PHYSICAL,
     method: str = "auto",
+    centre: Array | None = None,
 ) -> Velocities:
     r"""Velocities multiplied by $\sqrt{Q / Q_\text{now}}$ so that T / |W| = Q.
 
     Differentiable in Q, positions, velocities and masses. The velocities are
-    assumed to be in the centre-of-mass frame already.
+    assumed to be in the centre-of-mass frame already; `centre` is passed to
+    `potential_energy` (used by the spherical estimate only).
     """
     t = kinetic_energy(velocities, masses)
-    w = potential_energy(positions, masses, G=G, method=method)
+    w = potential_energy(positions, masses, G=G, method=method, centre=centre)
     factor = jnp.sqrt(safe_divide(Q * jnp.abs(w), t))
     return velocities * factor

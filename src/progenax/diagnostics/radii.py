@@ -1,8 +1,9 @@
 """Radii that summarise a cluster: half-mass and Lagrangian radii, 3D and projected.
 
-Each is a mass-weighted quantile of the radii about the centre of mass, found by
-sorting (the gradient flows through the sorted radii and interpolates linearly
-between the two stars that straddle the mass fraction).
+Each is a mass-weighted quantile of the radii about a centre (the centre of mass
+unless one is given, e.g. `density_centre(...)` or the origin), found by sorting:
+the gradient flows through the sorted radii and interpolates linearly between the
+two stars that straddle the mass fraction.
 """
 
 from __future__ import annotations
@@ -10,10 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike, Masses, Positions, Scalar
-
-
-def centre_of_mass(positions: Positions, masses: Masses) -> Array:
-    return jnp.sum(masses[:, None] * positions, axis=0) / jnp.sum(masses)
+from .centre import centre_of_mass
 
 
 def _weighted_quantile(values: Array, weights: Array, fractions: Array) -> Array:
@@ -32,12 +30,15 @@ def lagrangian_radii(
     fractions: ArrayLike = (0.1, 0.25, 0.5, 0.75, 0.9),
     *,
     projected: bool = False,
+    centre: ArrayLike | None = None,
 ) -> Array:
-    """Radii enclosing the given mass fractions, about the centre of mass.
+    """Radii enclosing the given mass fractions.
 
-    `projected=True` uses the radius in the x-y plane (the observer looks along z).
+    `projected=True` uses the radius in the x-y plane (the observer looks along
+    z). `centre` (3,) defaults to the centre of mass.
     """
-    x = positions - centre_of_mass(positions, masses)
+    centre = centre_of_mass(positions, masses) if centre is None else jnp.asarray(centre, positions.dtype)
+    x = positions - centre
     if projected:
         x = x[:, :2]
     r2 = jnp.sum(x**2, axis=-1)
@@ -45,6 +46,12 @@ def lagrangian_radii(
     return _weighted_quantile(r, masses, jnp.asarray(fractions, dtype=r.dtype))
 
 
-def half_mass_radius(positions: Positions, masses: Masses, *, projected: bool = False) -> Scalar:
-    """Radius (3D, or projected on x-y) enclosing half of the mass."""
-    return lagrangian_radii(positions, masses, (0.5,), projected=projected)[0]
+def half_mass_radius(
+    positions: Positions,
+    masses: Masses,
+    *,
+    projected: bool = False,
+    centre: ArrayLike | None = None,
+) -> Scalar:
+    """Radius (3D, or projected on x-y) enclosing half of the mass about `centre`."""
+    return lagrangian_radii(positions, masses, (0.5,), projected=projected, centre=centre)[0]

@@ -1,0 +1,289 @@
+"""The `progenax` command line.
+
+```
+progenax build plummer --n 10000 --r-h 1.0 --alpha 2.3 --Q 0.5 --seed 1 -o cluster.h5
+progenax build eff --n 10000 --gamma 3.0 --r-t 20 -o cluster.npz
+progenax info cluster.h5
+progenax plot cluster.h5 -o quicklook.png
+progenax audit
+progenax demo --output-dir demo_output
+```
+
+Clusters are built in float64 (the command line turns on `jax_enable_x64`) and
+written in progenax's own schema (`progenax.io`). A bad argument prints one line
+on stderr and exits with status 2; `audit` exits with 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+MODELS = ("plummer", "eff")
+IMFS = ("kroupa", "salpeter", "equal")
+UNITS = ("physical", "henon")
+
+
+class UsageError(Exception):
+    """A bad command-line argument, reported in one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {value}")
+    return value
+
+
+def _output_path(text: str) -> Path:
+    from .io import file_format
+
+    try:
+        file_format(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return Path(text)
+
+
+def _png_path(text: str) -> Path:
+    if Path(text).suffix.lower() != ".png":
+        raise argparse.ArgumentTypeError(f"the figure is a PNG: the path must end in .png, got {text!r}")
+    return Path(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="progenax",
+        description="Differentiable star-cluster initial conditions in JAX.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    b = sub.add_parser("build", help="build a cluster and write it to a file")
+    b.add_argument("model", choices=MODELS, help="density model")
+    b.add_argument("--n", type=_positive_int, default=10_000, help="number of stars (default 10000)")
+    b.add_argument("--r-h", dest="r_h", type=float, default=1.0, help="3D half-mass radius in pc (default 1.0)")
+    b.add_argument(
+        "--alpha", type=float, default=None,
+        help="high-mass slope of the Kroupa IMF (default 2.3; not with --imf salpeter)",
+    )
+    b.add_argument("--Q", dest="Q", type=float, default=0.5, help="virial ratio T/|W| (default 0.5)")
+    b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    b.add_argument("--gamma", type=float, default=None, help="EFF outer slope (eff only; default 3.0)")
+    b.add_argument("--r-t", dest="r_t", type=float, default=None, help="EFF tidal radius in pc (eff only)")
+    b.add_argument("--imf", choices=IMFS, default="kroupa", help="initial mass function (default kroupa)")
+    b.add_argument("--units", choices=UNITS, default="physical", help="unit system of the file (default physical)")
+    b.add_argument(
+        "-o", "--output", type=_output_path, default=Path("cluster.h5"),
+        help="output file, .h5/.hdf5 or .npz (default cluster.h5)",
+    )
+    b.set_defaults(func=_cmd_build)
+
+    i = sub.add_parser("info", help="summarise a cluster file")
+    i.add_argument("path", type=Path, help="a .h5/.hdf5/.npz file written by progenax")
+    i.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("plot", help="quick-look figure of a cluster file")
+    p.add_argument("path", type=Path, help="a .h5/.hdf5/.npz file written by progenax")
+    p.add_argument(
+        "-o", "--output", type=_png_path, default=None, help="PNG to write (default: next to the file)"
+    )
+    p.set_defaults(func=_cmd_plot)
+
+    a = sub.add_parser("audit", help="run the gradient audit of every builder")
+    a.set_defaults(func=_cmd_audit)
+
+    d = sub.add_parser("demo", help="build a 10,000-star Plummer cluster, write it and a figure")
+    d.add_argument("--output-dir", type=Path, default=Path("demo_output"), help="default demo_output")
+    d.add_argument("--n", type=_positive_int, default=10_000, help="number of stars (default 10000)")
+    d.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    d.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _enable_float64() -> None:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+# ------------------------------------------------------------------------ commands
+
+
+def _build(args: argparse.Namespace):
+    """Build the cluster the `build` arguments describe."""
+    import jax
+
+    from . import builders
+
+    if args.model != "eff":
+        for flag, value in (("--gamma", args.gamma), ("--r-t", args.r_t)):
+            if value is not None:
+                raise UsageError(f"{flag} only applies to the eff model")
+    if args.imf == "salpeter" and args.alpha is not None:
+        raise UsageError("--alpha sets the Kroupa high-mass slope; --imf salpeter has its fixed slope 2.35")
+    common: dict[str, Any] = {
+        "n": args.n,
+        "r_h": args.r_h,
+        "alpha": 2.3 if args.alpha is None else args.alpha,
+        "Q": args.Q,
+        "imf": args.imf,
+        "units": args.units,
+    }
+    key = jax.random.PRNGKey(args.seed)
+    if args.model == "plummer":
+        return builders.plummer_builder(key, **common)
+    gamma = 3.0 if args.gamma is None else args.gamma
+    return builders.eff_builder(key, gamma=gamma, r_t=args.r_t, **common)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .io import summary_line, write
+
+    ic = _build(args)
+    path = args.output
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write(ic, path)
+    print(f"{summary_line(ic)} -> {path}")
+    return EXIT_OK
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from .io import format_summary, read
+
+    ic = read(args.path)
+    print(f"{'file':<17} {args.path}")
+    print(format_summary(ic))
+    return EXIT_OK
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .io import read
+    from .plotting import quicklook
+
+    ic = read(args.path)
+    out = args.output or args.path.with_suffix(".png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    quicklook(ic, out)
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
+def _row_passed(row: Any) -> bool:
+    """Whether an audit row passed: its `passed` flag, else its status string."""
+    passed = row.get("passed") if isinstance(row, Mapping) else getattr(row, "passed", None)
+    if passed is not None:
+        return bool(passed)
+    status = row.get("status") if isinstance(row, Mapping) else getattr(row, "status", None)
+    status = getattr(status, "value", status)  # an Enum member
+    return str(status).strip().lower() not in ("fail", "failed", "error", "errored")
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import format_table, run_audit
+
+    rows = list(run_audit())
+    print(format_table(rows))
+    failed = [row for row in rows if not _row_passed(row)]
+    if failed:
+        print(f"{len(failed)} of {len(rows)} audit checks failed", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import jax
+
+    from .builders import plummer_builder
+    from .io import format_summary, write
+    from .plotting import quicklook
+
+    out = args.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    ic = plummer_builder(jax.random.PRNGKey(args.seed), n=args.n, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa")
+    cluster = write(ic, out / "cluster.h5")
+    figure = quicklook(ic, out / "quicklook.png")
+    print(f"Plummer cluster, Kroupa IMF (seed {args.seed})")
+    print(format_summary(ic))
+    print()
+    print(f"wrote {cluster}    (inspect with: progenax info {cluster})")
+    print(f"wrote {figure}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with `argv` (default `sys.argv[1:]`); return the exit status.
+
+    Used as the `progenax` console script, whose caller exits with the returned
+    status. A bad argument or unreadable file prints one line and returns 2 (set
+    the environment variable `PROGENAX_DEBUG=1` to see the traceback instead).
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    _enable_float64()
+    prog = f"progenax {args.command}"
+    try:
+        return args.func(args)
+    except (UsageError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        return _report(prog, err)
+    except RuntimeError as err:
+        # A parameter that only a traced check can judge (r_h against r_t, say)
+        # is reported by `equinox.error_if` at run time: still a bad argument.
+        import equinox as eqx
+
+        if not isinstance(err, getattr(eqx, "EquinoxRuntimeError", ())):
+            raise
+        return _report(prog, err)
+
+
+def _report(prog: str, err: BaseException) -> int:
+    if os.environ.get("PROGENAX_DEBUG"):
+        raise err
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    # equinox may put its JIT stack before the message: take the line it marks.
+    marked = [line.split("EquinoxRuntimeError:", 1)[1].strip() for line in lines if "EquinoxRuntimeError:" in line]
+    message = marked[-1] if marked else lines[0] if lines else type(err).__name__
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

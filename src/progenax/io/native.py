@@ -1,0 +1,320 @@
+r"""progenax's own file format for `InitialConditions`: HDF5 or numpy `.npz`.
+
+`write(ic, path)` and `read(path)` round-trip an `InitialConditions` bit for bit:
+every array keeps its dtype (float32 stays float32, float64 stays float64) and
+its exact values. Reading float64 data needs `jax_enable_x64`, as any float64
+JAX array does; without it JAX narrows the arrays to float32 (with a warning).
+
+The format is chosen from the extension: `.h5` / `.hdf5` (HDF5, via h5py) or
+`.npz` (numpy archive, no pickles).
+
+## HDF5 schema (`schema = "progenax-ic"`, `schema_version = 1`)
+
+Datasets at the root, one row per particle, in the file's unit system:
+
+| name         | shape  | meaning                                           |
+|--------------|--------|---------------------------------------------------|
+| `positions`  | (n, 3) | x, y, z (length unit)                             |
+| `velocities` | (n, 3) | vx, vy, vz (velocity unit)                        |
+| `masses`     | (n,)   | masses (mass unit)                                |
+| `weights`    | (n,)   | soft membership in [0, 1]; weight each star by it |
+
+Root attributes:
+
+| name               | meaning                                                    |
+|--------------------|------------------------------------------------------------|
+| `schema`           | the string `"progenax-ic"`                                 |
+| `schema_version`   | integer, 1                                                 |
+| `progenax_version` | version of progenax that wrote the file                    |
+| `model`            | builder that made the cluster, e.g. `"plummer"`            |
+| `n`                | number of particles                                        |
+| `units`            | unit system name, `"physical"` or `"henon"`                |
+| `length_pc`        | one length unit in pc (1 in physical units)                |
+| `mass_msun`        | one mass unit in Msun                                      |
+| `velocity_kms`     | one velocity unit in km/s                                  |
+| `G`                | gravitational constant in the file's units (informative;   |
+|                    | it follows from the three above)                           |
+
+Group `parameters`: the builder's parameters (`ic.params`). A scalar is an
+attribute of the group named after the parameter; a parameter that is an array
+of any other shape is a dataset of the group. Dtypes are kept. A parameter whose
+value is None (an optional one left unset, such as `r_t`) is not stored; a string
+is stored as a string attribute.
+
+Physical units are pc, Msun and km/s with $G = 4.300917270\times10^{-3}$
+pc Msun$^{-1}$ (km/s)$^2$. To turn file values into physical ones multiply by
+`length_pc`, `velocity_kms` and `mass_msun`.
+
+## `.npz` layout
+
+The same content as flat keys: `positions`, `velocities`, `masses`, `weights`;
+the root attributes as 0-d arrays under the same names (strings as unicode
+arrays); each parameter under `parameters/<name>`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "progenax-ic"
+SCHEMA_VERSION = 1
+HDF5_EXTENSIONS = (".h5", ".hdf5")
+NPZ_EXTENSIONS = (".npz",)
+EXTENSIONS = HDF5_EXTENSIONS + NPZ_EXTENSIONS
+
+_ARRAYS = ("positions", "velocities", "masses", "weights")
+_UNIT_SCALES = ("length_pc", "mass_msun", "velocity_kms")
+_PARAM_PREFIX = "parameters/"
+
+
+def file_format(path: str | os.PathLike) -> str:
+    """The format of `path` from its extension: "hdf5" or "npz".
+
+    Raises `ValueError` naming the allowed extensions for any other extension.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix in HDF5_EXTENSIONS:
+        return "hdf5"
+    if suffix in NPZ_EXTENSIONS:
+        return "npz"
+    allowed = ", ".join(EXTENSIONS)
+    raise ValueError(
+        f"cannot tell the file format of {str(path)!r}: the extension must be one of {allowed}"
+    )
+
+
+# --------------------------------------------------------------------------- write
+
+
+def _as_numpy(x: Any) -> Any:
+    """A JAX/numpy array or Python scalar as a numpy array (dtype kept); strings as is."""
+    if isinstance(x, str):
+        return x
+    return np.asarray(x)
+
+
+def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
+    """The arrays, root attributes and parameters of `ic`, as numpy values."""
+    from .. import __version__
+
+    s = ic.state
+    arrays = {
+        "positions": np.asarray(s.positions),
+        "velocities": np.asarray(s.velocities),
+        "masses": np.asarray(s.masses),
+        "weights": np.asarray(ic.weights),
+    }
+    u = ic.units
+    attrs: dict[str, Any] = {
+        "schema": SCHEMA,
+        "schema_version": np.int64(SCHEMA_VERSION),
+        "progenax_version": str(__version__),
+        "model": str(ic.model),
+        "n": np.int64(arrays["masses"].shape[0]),
+        "units": str(u.name),
+        "length_pc": np.asarray(u.length_pc)[()],
+        "mass_msun": np.asarray(u.mass_msun)[()],
+        "velocity_kms": np.asarray(u.velocity_kms)[()],
+        "G": np.float64(np.asarray(u.G)),
+    }
+    params: dict[str, Any] = {}
+    for name, value in dict(ic.params).items():
+        if value is None:
+            continue
+        params[str(name)] = _as_numpy(value)
+    return arrays, attrs, params
+
+
+def write(ic, path: str | os.PathLike) -> Path:
+    """Write `ic` (an `InitialConditions`) to `path` in progenax's own format.
+
+    The extension picks the format: `.h5`/`.hdf5` (HDF5) or `.npz`. An existing
+    file is overwritten; the parent directory must exist. Returns the path.
+
+    See the module docstring for the schema.
+    """
+    path = Path(path)
+    fmt = file_format(path)
+    if not path.parent.exists():
+        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    arrays, attrs, params = _content(ic)
+    if fmt == "hdf5":
+        _write_hdf5(path, arrays, attrs, params)
+    else:
+        _write_npz(path, arrays, attrs, params)
+    return path
+
+
+def _write_hdf5(path: Path, arrays, attrs, params) -> None:
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        for name, value in attrs.items():
+            f.attrs[name] = value
+        for name, value in arrays.items():
+            f.create_dataset(name, data=value)
+        group = f.create_group("parameters", track_order=True)
+        for name, value in params.items():
+            if isinstance(value, str) or value.ndim == 0:
+                group.attrs[name] = value if isinstance(value, str) else value[()]
+            else:
+                group.create_dataset(name, data=value)
+
+
+def _write_npz(path: Path, arrays, attrs, params) -> None:
+    content = dict(arrays)
+    for name, value in attrs.items():
+        content[name] = np.asarray(value)
+    for name, value in params.items():
+        content[_PARAM_PREFIX + name] = np.asarray(value)
+    # Write through a file object so numpy never appends its own ".npz".
+    with open(path, "wb") as f:
+        np.savez(f, **content)
+
+
+# ---------------------------------------------------------------------------- read
+
+
+def read(path: str | os.PathLike):
+    """Read an `InitialConditions` written by `write`.
+
+    **Raises:**
+
+    - `ValueError` if the extension is not one of `.h5`, `.hdf5`, `.npz`, or the
+      file is not a progenax initial-conditions file (another HDF5 schema, a
+      newer schema version, missing datasets, not HDF5 at all).
+    - `FileNotFoundError` (naming the path) if the file does not exist.
+    """
+    path = Path(path)
+    fmt = file_format(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    if fmt == "hdf5":
+        arrays, attrs, params = _read_hdf5(path)
+    else:
+        arrays, attrs, params = _read_npz(path)
+    return _build(path, arrays, attrs, params)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray):
+        value = value[()]
+        if isinstance(value, bytes):
+            return value.decode()
+    return str(value)
+
+
+def _check_schema(path: Path, attrs: dict[str, Any], arrays: dict[str, Any]) -> None:
+    schema = attrs.get("schema")
+    if schema is None or _text(schema) != SCHEMA:
+        found = "no 'schema' attribute" if schema is None else f"schema {_text(schema)!r}"
+        raise ValueError(
+            f"{str(path)!r} is not a progenax initial-conditions file "
+            f"(expected schema {SCHEMA!r}, found {found})"
+        )
+    version = int(np.asarray(attrs.get("schema_version", -1)))
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"{str(path)!r} has {SCHEMA} schema_version {version}; "
+            f"this progenax reads version {SCHEMA_VERSION}"
+        )
+    missing = [name for name in _ARRAYS if name not in arrays]
+    missing += [name for name in ("model", "units", *_UNIT_SCALES) if name not in attrs]
+    if missing:
+        raise ValueError(f"{str(path)!r} is missing {', '.join(missing)} required by the {SCHEMA} schema")
+
+
+def _read_hdf5(path: Path):
+    import h5py
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise ValueError(f"{str(path)!r} is not a readable HDF5 file ({err})") from None
+    with f:
+        attrs = {name: f.attrs[name] for name in f.attrs}
+        arrays = {}
+        for name in _ARRAYS:
+            if isinstance(f.get(name), h5py.Dataset):
+                arrays[name] = f[name][()]
+        params: dict[str, Any] = {}
+        if "schema" in attrs and isinstance(f.get("parameters"), h5py.Group):
+            group = f["parameters"]
+            for name in group.attrs:
+                params[name] = group.attrs[name]
+            for name, item in group.items():
+                if isinstance(item, h5py.Dataset):
+                    params[name] = item[()]
+    _check_schema(path, attrs, arrays)
+    return arrays, attrs, params
+
+
+def _read_npz(path: Path):
+    import zipfile
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{str(path)!r} is not a readable .npz file ({err})") from None
+    with data:
+        arrays, attrs, params = {}, {}, {}
+        for key in data.files:
+            value = data[key]
+            if key in _ARRAYS:
+                arrays[key] = value
+            elif key.startswith(_PARAM_PREFIX):
+                params[key[len(_PARAM_PREFIX):]] = value
+            else:
+                attrs[key] = value
+    _check_schema(path, attrs, arrays)
+    return arrays, attrs, params
+
+
+def _param_value(value: Any) -> Any:
+    import jax.numpy as jnp
+
+    if isinstance(value, (str, bytes)):
+        return _text(value)
+    value = np.asarray(value)
+    if value.dtype.kind in "USO":
+        return _text(value)
+    return jnp.asarray(value)
+
+
+def _build(path: Path, arrays, attrs, params):
+    import jax.numpy as jnp
+
+    from ..state import InitialConditions, ParticleState
+    from ..units import UNIT_SYSTEMS, Units
+
+    units_name = _text(attrs["units"])
+    if units_name not in UNIT_SYSTEMS:
+        raise ValueError(f"{str(path)!r}: units must be one of {UNIT_SYSTEMS}, found {units_name!r}")
+    n = arrays["masses"].shape
+    if (
+        len(n) != 1
+        or arrays["positions"].shape != (n[0], 3)
+        or arrays["velocities"].shape != (n[0], 3)
+        or arrays["weights"].shape != n
+    ):
+        shapes = {name: arrays[name].shape for name in _ARRAYS}
+        raise ValueError(f"{str(path)!r}: inconsistent array shapes {shapes}")
+    units = Units(units_name, *(jnp.asarray(np.asarray(attrs[name])) for name in _UNIT_SCALES))
+    state = ParticleState(
+        positions=jnp.asarray(arrays["positions"]),
+        velocities=jnp.asarray(arrays["velocities"]),
+        masses=jnp.asarray(arrays["masses"]),
+    )
+    return InitialConditions(
+        state,
+        jnp.asarray(arrays["weights"]),
+        _text(attrs["model"]),
+        {name: _param_value(value) for name, value in params.items()},
+        units,
+    )

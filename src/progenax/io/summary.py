@@ -1,0 +1,108 @@
+"""Human-readable summaries of an `InitialConditions` (used by `progenax info`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _diagnostics(ic) -> dict[str, Any]:
+    """N, total mass, 3D half-mass radius and Q of `ic`, in its own units.
+
+    The half-mass radius, and the shells of the spherical W estimate above
+    20,000 stars, are centred on the density centre (robust to the few far-out
+    stars of heavy-tailed profiles).
+    Masses are weighted by the membership weights; Q uses
+    `virial_ratio(..., method="auto")` (exact pair sum up to 20,000 stars).
+    """
+    import jax.numpy as jnp
+
+    from ..diagnostics import density_centre, half_mass_radius, virial_ratio
+
+    s = ic.state
+    m = s.masses * ic.weights
+    centre = density_centre(s.positions, ic.weights)
+    return {
+        "n": int(s.masses.shape[0]),
+        "n_eff": float(jnp.sum(ic.weights)),
+        "weighted": bool(jnp.any(ic.weights != 1)),
+        "mass": float(jnp.sum(m)),
+        "r_h": float(half_mass_radius(s.positions, m, centre=centre)),
+        "Q": float(virial_ratio(s.positions, s.velocities, m, G=ic.units.G, centre=jnp.asarray(centre))),
+        "dtype": str(s.positions.dtype),
+    }
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    a = np.asarray(value)
+    if a.ndim == 0:
+        return f"{a.item():.6g}" if a.dtype.kind in "fc" else str(a.item())
+    if a.size <= 4:
+        return "[" + ", ".join(_format_value(v) for v in a.ravel()) + "]"
+    return f"array{a.shape}"
+
+
+def _format_parameters(params: dict[str, Any]) -> str:
+    if not params:
+        return "(none)"
+    return ", ".join(f"{name} = {_format_value(value)}" for name, value in params.items())
+
+
+def _scales(ic) -> tuple[float, float, float]:
+    u = ic.units
+    return float(u.length_pc), float(u.mass_msun), float(u.velocity_kms)
+
+
+def format_summary(ic) -> str:
+    """A few lines describing `ic`: N, total mass with its unit, the 3D half-mass
+    radius, the virial ratio Q, the unit system, the model and its parameters.
+
+    Masses are weighted by `ic.weights`. In Henon units the physical equivalents
+    (Msun, pc) are given alongside.
+    """
+    d = _diagnostics(ic)
+    length, mass, velocity = _scales(ic)
+    henon = ic.units.name == "henon"
+    n_line = f"{d['n']}"
+    if d["weighted"]:
+        n_line += f" (sum of weights {d['n_eff']:.6g})"
+    if henon:
+        mass_line = f"{d['mass']:.6g} (Henon units) = {d['mass'] * mass:.6g} Msun"
+        rh_line = f"{d['r_h']:.6g} (Henon units) = {d['r_h'] * length:.6g} pc (3D)"
+        units_line = (
+            f"henon: G = M = 1; length {length:.6g} pc, mass {mass:.6g} Msun, "
+            f"velocity {velocity:.6g} km/s"
+        )
+    else:
+        mass_line = f"{d['mass']:.6g} Msun"
+        rh_line = f"{d['r_h']:.6g} pc (3D)"
+        units_line = f"physical: pc, Msun, km/s; G = {float(ic.units.G):.10g}"
+    if d["weighted"]:
+        mass_line += " (weighted by membership)"
+    rows = [
+        ("model", ic.model),
+        ("N", n_line),
+        ("total mass", mass_line),
+        ("half-mass radius", rh_line),
+        ("virial ratio Q", f"{d['Q']:.4f}"),
+        ("units", units_line),
+        ("dtype", d["dtype"]),
+        ("parameters", _format_parameters(dict(ic.params))),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def summary_line(ic) -> str:
+    """One line: model, N, total mass, 3D half-mass radius and Q."""
+    d = _diagnostics(ic)
+    if ic.units.name == "henon":
+        mass, r_h = f"M = {d['mass']:.6g}", f"r_h = {d['r_h']:.4g}"
+        unit = " (Henon units)"
+    else:
+        mass, r_h = f"M = {d['mass']:.6g} Msun", f"r_h = {d['r_h']:.4g} pc"
+        unit = ""
+    return f"{ic.model}: N = {d['n']}, {mass}, {r_h}, Q = {d['Q']:.3f}{unit}"

@@ -1,0 +1,245 @@
+r"""Quick-look figure of a built cluster: where the stars are, how dense, how heavy.
+
+`quicklook(ic, path)` writes a PNG with three panels, all in physical units
+(pc, Msun; a cluster in Henon units is converted first):
+
+1. the stars projected on the x-y plane (points for small N, a log-scaled 2D
+   histogram for large N);
+2. the density profile $\rho(r)$ measured in logarithmic radial shells about the
+   density centre (shrinking spheres; the centre of mass wanders with the few
+   heaviest stars), with Poisson error bars, against the model's analytic profile
+   (Plummer, or EFF when `progenax.profiles.eff` is available; skipped for other
+   models);
+3. the mass function $dN/d\log_{10} m$ in logarithmic mass bins, with the IMF the
+   cluster was drawn from over it when it was a power law.
+
+Masses are weighted by the membership weights. Matplotlib's object API is used
+with the Agg canvas, so no display and no pyplot state are involved.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .diagnostics.centre import density_centre
+
+_POINTS_MAX_N = 5_000
+"""Up to this many stars panel 1 draws points; above it, a 2D histogram."""
+
+
+def _numpy_cluster(ic) -> dict[str, Any]:
+    phys = ic.to_physical()
+    s = phys.state
+    x = np.asarray(s.positions, dtype=np.float64)
+    v = np.asarray(s.velocities, dtype=np.float64)
+    m = np.asarray(s.masses, dtype=np.float64)
+    w = np.asarray(phys.weights, dtype=np.float64)
+    mw = m * w
+    centre = density_centre(x, w) if x.shape[0] >= 100 else (mw[:, None] * x).sum(axis=0) / mw.sum()
+    r = np.sqrt(((x - centre) ** 2).sum(axis=1))
+    return {"x": x - centre, "v": v, "m": m, "w": w, "mw": mw, "r": r}
+
+
+def _param(ic, name: str) -> float | None:
+    value = dict(ic.params).get(name)
+    if value is None or isinstance(value, str):
+        return None
+    a = np.asarray(value)
+    return float(a) if a.ndim == 0 else None
+
+
+def _half_mass_radius(r: np.ndarray, mw: np.ndarray) -> float:
+    order = np.argsort(r)
+    cum = np.cumsum(mw[order])
+    return float(np.interp(0.5 * cum[-1], cum, r[order]))
+
+
+def _analytic_density(ic, total_mass: float):
+    """A function r -> rho(r) (Msun / pc^3) for the model, or None if unknown."""
+    r_h = _param(ic, "r_h")
+    if r_h is None:
+        return None, None
+    if ic.model == "plummer":
+        from .profiles.plummer import plummer_density, plummer_scale_radius
+
+        a = float(plummer_scale_radius(r_h))
+        return (lambda r: np.asarray(plummer_density(r, total_mass, a))), f"Plummer, a = {a:.3g} pc"
+    if ic.model == "eff":
+        try:
+            from .profiles.eff import eff_density, eff_scale_radius
+        except ImportError:
+            return None, None
+        gamma = _param(ic, "gamma")
+        if gamma is None:
+            return None, None
+        r_t = _param(ic, "r_t")
+        if r_t is not None and not np.isfinite(r_t):
+            r_t = None  # an untruncated model recorded as r_t = inf
+        a = float(eff_scale_radius(r_h, gamma, r_t))
+        label = f"EFF, $\\gamma$ = {gamma:.3g}, a = {a:.3g} pc"
+        if r_t is not None:
+            label += f", $r_t$ = {r_t:.3g} pc"
+        return (lambda r: np.asarray(eff_density(r, gamma, a, total_mass, r_t))), label
+    return None, None
+
+
+def _imf_of(ic):
+    """The power-law IMF the builder recorded (`imf_breaks`, `imf_slopes`), with a
+    label, or (None, None) when there is none (equal masses, unknown origin)."""
+    from .imf import PowerLawIMF
+
+    params = dict(ic.params)
+    breaks, slopes = params.get("imf_breaks"), params.get("imf_slopes")
+    if breaks is None or slopes is None:
+        return None, None
+    imf = PowerLawIMF(np.asarray(breaks, np.float64), np.asarray(slopes, np.float64))
+    slope_text = ", ".join(f"{s:.3g}" for s in np.asarray(slopes).ravel())
+    return imf, f"power-law IMF, slopes {slope_text}"
+
+
+def _panel_positions(ax, c: dict[str, Any], r_h: float) -> None:
+    from matplotlib.colors import LogNorm
+
+    lim = 4.0 * r_h
+    x, y = c["x"][:, 0], c["x"][:, 1]
+    n = x.shape[0]
+    if n <= _POINTS_MAX_N:
+        size = 4.0 if n <= 1000 else 1.5
+        ax.scatter(x, y, s=size, c="k", alpha=0.5, linewidths=0, rasterized=True)
+    else:
+        bins = int(np.clip(np.sqrt(n) / 1.2, 60, 250))
+        edges = np.linspace(-lim, lim, bins + 1)
+        h, _, _ = np.histogram2d(x, y, bins=(edges, edges), weights=c["w"])
+        h = np.where(h > 0, h, np.nan)
+        im = ax.imshow(
+            h.T,
+            origin="lower",
+            extent=(-lim, lim, -lim, lim),
+            norm=LogNorm(vmin=max(np.nanmin(h), 0.5), vmax=np.nanmax(h)),
+            cmap="magma",
+            interpolation="nearest",
+        )
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.03, label="stars per pixel")
+        ax.set_facecolor("black")
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_aspect("equal")
+    ax.set_xlabel("x [pc]")
+    ax.set_ylabel("y [pc]")
+    ax.set_title("projected positions (x-y)")
+
+
+def _panel_density(ax, ic, c: dict[str, Any], r_h: float) -> None:
+    r, mw = c["r"], c["mw"]
+    positive = r > 0
+    order = np.argsort(r[positive])
+    r_sorted = r[positive][order]
+    # Inner edge: the radius holding ~10 stars, so the first shell is not empty
+    # noise; outer edge: the outermost star.
+    inner = r_sorted[min(9, r_sorted.size - 1)]
+    outer = r_sorted[-1]
+    n_bins = int(np.clip(np.sqrt(r_sorted.size) / 2.5, 8, 30))
+    edges = np.geomspace(inner, outer * (1 + 1e-9), n_bins + 1)
+    mass, _ = np.histogram(r, bins=edges, weights=mw)
+    count, _ = np.histogram(r, bins=edges)
+    volume = 4.0 / 3.0 * np.pi * (edges[1:] ** 3 - edges[:-1] ** 3)
+    centres = np.sqrt(edges[1:] * edges[:-1])
+    keep = count > 0
+    rho = mass[keep] / volume[keep]
+    err = rho / np.sqrt(count[keep])  # Poisson: relative error 1/sqrt(stars in shell)
+    ax.errorbar(centres[keep], rho, yerr=err, fmt="o", ms=3.5, color="C0", capsize=0, label="measured")
+    f, label = _analytic_density(ic, float(mw.sum()))
+    if f is not None:
+        grid = np.geomspace(edges[0], edges[-1], 200)
+        model = np.asarray(f(grid), dtype=np.float64)
+        ax.plot(grid, np.where(model > 0, model, np.nan), color="C3", lw=1.5, label=label)
+    ax.axvline(r_h, color="0.6", ls=":", lw=1, label=f"$r_h$ = {r_h:.3g} pc (measured)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("r [pc]")
+    ax.set_ylabel(r"$\rho$ [M$_\odot$ pc$^{-3}$]")
+    ax.set_title("density profile (about the density centre)")
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def _panel_mass_function(ax, ic, c: dict[str, Any], imf) -> None:
+    m, w = c["m"], c["w"]
+    lo, hi = float(m.min()), float(m.max())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"m [M$_\odot$]")
+    ax.set_ylabel(r"dN / d$\log_{10}$m")
+    ax.set_title("mass function")
+    if hi <= lo * (1 + 1e-6):
+        ax.axvline(lo, color="C0", lw=2, label=f"equal masses, m = {lo:.4g} M$_\\odot$")
+        ax.set_xlim(lo / 3, lo * 3)
+        ax.set_yscale("linear")
+        ax.set_yticks([])
+        ax.set_ylabel("")
+        ax.legend(fontsize=8, loc="upper right")
+        return
+    n_bins = int(np.clip(np.sqrt(m.size) / 3, 8, 30))
+    edges = np.geomspace(lo, hi * (1 + 1e-9), n_bins + 1)
+    dlog = np.diff(np.log10(edges))
+    count, _ = np.histogram(m, bins=edges, weights=w)
+    raw, _ = np.histogram(m, bins=edges)
+    centres = np.sqrt(edges[1:] * edges[:-1])
+    keep = raw > 0
+    dndlog = count[keep] / dlog[keep]
+    ax.errorbar(
+        centres[keep], dndlog, yerr=dndlog / np.sqrt(raw[keep]), fmt="o", ms=3.5, color="C0",
+        capsize=0, label="sampled",
+    )
+    imf, label = (imf, "IMF") if imf is not None else _imf_of(ic)
+    if imf is not None:
+        m_lo, m_hi = float(imf.m_min), float(imf.m_max)
+        grid = np.geomspace(m_lo, m_hi, 300)
+        # dN/dlog10 m = N m ln(10) xi(m), with xi normalised to one star.
+        curve = float(w.sum()) * grid * np.log(10.0) * np.asarray(imf.pdf(grid))
+        ax.plot(grid, curve, color="C3", lw=1.5, label=label)
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
+    """Write a three-panel PNG overview of `ic` to `path` and return the path.
+
+    Panels: projected x-y positions, the density profile in log radial shells
+    against the model's analytic profile, and the mass function against the IMF.
+    See the module docstring.
+
+    **Arguments:**
+
+    - `ic`: an `InitialConditions` (any units; plotted in pc and Msun).
+    - `path`: the PNG to write.
+    - `imf`: the `progenax.imf.PowerLawIMF` the masses were drawn from, to draw
+      over the mass function. By default it is read from `ic.params`
+      (`imf_breaks`/`imf_slopes`), or Kroupa(`alpha`) or Salpeter when one of them
+      fits the masses (Kolmogorov-Smirnov test); equal masses draw a line.
+    - `dpi`: resolution of the PNG.
+    """
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    c = _numpy_cluster(ic)
+    r_h = _half_mass_radius(c["r"], c["mw"])
+    fig = Figure(figsize=(15.5, 4.8), layout="constrained")
+    axes = fig.subplots(1, 3)
+    _panel_positions(axes[0], c, r_h)
+    _panel_density(axes[1], ic, c, r_h)
+    _panel_mass_function(axes[2], ic, c, imf)
+    n = c["m"].shape[0]
+    params = ", ".join(
+        f"{k} = {float(np.asarray(v)):.3g}"
+        for k, v in dict(ic.params).items()
+        if not isinstance(v, str) and np.asarray(v).ndim == 0
+    )
+    fig.suptitle(
+        f"{ic.model}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$"
+        + (f"   ({params})" if params else "")
+    )
+    fig.savefig(path, dpi=dpi, format="png")
+    return path
