@@ -20,6 +20,8 @@ has no entry or a full entry fails.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from typing import Any, Callable
 
 import jax
@@ -39,7 +41,7 @@ class AuditEntry:
     - `parameter`: keyword of the builder.
     - `value`: where the gradient is compared with finite differences.
     - `edges`: values near the two ends of the allowed range (finiteness check).
-    - `kwargs`: other keyword arguments for the builder (n is `AUDIT_N`).
+    - `kwargs`: other numeric keyword arguments for the builder (n is `AUDIT_N`).
     - `status`: "full" or "partial"; `reason` says why a partial one is partial.
     """
 
@@ -89,23 +91,50 @@ def _builder(name: str) -> Callable:
     return getattr(progenax, name)
 
 
-def observable_fn(entry: AuditEntry) -> Callable[[jax.Array], jax.Array]:
-    """The scalar function of the audited parameter."""
-    build = _builder(entry.builder)
+@functools.lru_cache(maxsize=None)
+def _compiled(builder: str, names: tuple[str, ...]):
+    """Jitted observable and gradient of `builder` as functions of a dict of the
+    named parameters, compiled once per builder and parameter set (entries that
+    differ only in values share them)."""
+    build = _builder(builder)
     key = jax.random.PRNGKey(AUDIT_SEED)
 
-    def fn(value):
-        kwargs = {**entry.kwargs, entry.parameter: value}
-        return default_observable(build(key, n=AUDIT_N, **kwargs))
+    def fn(params):
+        return default_observable(build(key, n=AUDIT_N, **params))
 
-    return fn
+    return jax.jit(fn), jax.jit(jax.grad(fn))
+
+
+def _numeric_defaults(builder: str) -> dict[str, float]:
+    """The builder's float keyword defaults: passing them all as traced values
+    lets every entry of a builder share one compilation."""
+    signature = inspect.signature(_builder(builder))
+    return {
+        name: p.default
+        for name, p in signature.parameters.items()
+        if isinstance(p.default, float)
+    }
+
+
+def observable_fn(entry: AuditEntry) -> Callable[[jax.Array], jax.Array]:
+    """The scalar function of the audited parameter (other kwargs fixed)."""
+    base = {**_numeric_defaults(entry.builder), **entry.kwargs, entry.parameter: entry.value}
+    fn, grad = _compiled(entry.builder, tuple(sorted(base)))
+    fixed = {k: jnp.asarray(v, jnp.float64) for k, v in base.items()}
+
+    def at(value):
+        return fn({**fixed, entry.parameter: value})
+
+    def grad_at(value):
+        return grad({**fixed, entry.parameter: value})[entry.parameter]
+
+    return at, grad_at
 
 
 def check_entry(entry: AuditEntry) -> AuditRow:
     """Autodiff against central finite differences, in float64."""
     with jax.enable_x64(True):
-        fn = jax.jit(observable_fn(entry))
-        grad = jax.jit(jax.grad(fn))
+        fn, grad = observable_fn(entry)
         x = jnp.asarray(entry.value, jnp.float64)
         h = FD_RELATIVE_STEP * max(abs(entry.value), 1.0)
         ad = float(grad(x))

@@ -43,7 +43,9 @@ def check_range(
     """
     x = jnp.asarray(value, dtype=jnp.result_type(float))
     bad, message = _range_violation(name, x, lower, upper, lower_inclusive, upper_inclusive)
-    if _is_concrete(x):
+    # Test `bad`, not `x`: under jit a closed-over constant `x` is concrete while
+    # the comparison built from it is traced.
+    if _is_concrete(bad):
         if bool(jnp.any(bad)):
             raise ValueError(f"{message}, got {np.asarray(x)}")
         return x
@@ -88,9 +90,9 @@ class ParameterChecks:
     def range(self, name: str, value: ArrayLike, **bounds) -> Array:
         """`check_range`, deferring a traced check to `attach`."""
         x = jnp.asarray(value, dtype=jnp.result_type(float))
-        if _is_concrete(x):
-            return check_range(name, x, **bounds)
         bad, message = _range_violation(name, x, **bounds)
+        if _is_concrete(bad):
+            return check_range(name, x, **bounds)
         self._preds.append(jnp.any(bad))
         self._messages.append(message)
         return x

@@ -6,20 +6,22 @@ $$W = -G \sum_{i<j} \frac{m_i m_j}{|x_i - x_j|}.$$
 
 `potential_energy(..., method="exact")` sums every pair in row blocks of
 `block_size` particles, so memory is O(block_size * n) and, with the block
-checkpointed, so is the memory of its gradient. It costs O(n^2): about 2e8 pairs
-a second on 2 CPU cores, so `method="auto"` uses it up to `EXACT_MAX_N` stars.
+checkpointed, so is the memory of its gradient. It costs O(n^2): about 1e8 pairs
+a second in float64 on 2 CPU cores (0.47 s at n = 10,000, `benchmarks/builders.py`),
+so `method="auto"` uses it up to `EXACT_MAX_N` stars.
 
-`method="spherical"` is the shell-theorem estimate after sorting by radius about
-the centre of mass,
+`method="spherical"` is the shell-theorem estimate after sorting by radius about a
+centre (the centre of mass unless one is given; builders pass their model centre),
 
 $$W \approx -G \sum_i \frac{m_i\, M(<r_i)}{r_i},$$
 
 which is the expectation of the exact sum for a spherical cluster with
 independent isotropic angles. Measured against the exact sum at n = 20,000 for a
-Plummer sphere with a Kroupa IMF (`tests/diagnostics/test_energy.py` checks it
-stays within 2%): the relative difference is about 0.3% (the sampling noise of
-the angular positions, shrinking as 1/sqrt(n)). It is O(n log n). Substructured
-(fractal) clusters are not spherical: use "exact" for them.
+Plummer sphere with a Kroupa IMF: 0.12% apart (key 0; the scatter of the angular
+positions shrinks as 1/sqrt(n)); `tests/diagnostics/test_energy.py` holds it within
+2%, and `tests/test_eff_builder.py` does the same for the heavy-tailed EFF
+gamma = 3 about its model centre. It is O(n log n). Substructured (fractal)
+clusters are not spherical: use "exact" for them.
 """
 
 from __future__ import annotations

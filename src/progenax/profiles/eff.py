@@ -54,7 +54,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from .._types import Array, ArrayLike
-from ..sampling import solve_increasing, tabulated_bracket
+from ..sampling import solve_increasing
 from ..validation import check_range
 
 _N_TERMS = 64  # terms in each series (core and halo); see the module docstring
@@ -235,9 +235,10 @@ def eff_velocity_dispersion(
     untruncated), by the $\psi = \arctan(a/r)$ form of the module docstring and a
     32-node Gauss-Legendre rule in $\ln\psi'$ per radius (relative error about
     $10^{-14}$ against adaptive quadrature, $\gamma$ from 0.1 to 16). For $\gamma = 4$
-    it is the Plummer $\sigma^2 = G M / (6\sqrt{r^2 + a^2})$. $\sigma = 0$ at and beyond $r_t$, where its
-    true $r$-derivative is infinite ($\sigma \propto \sqrt{r_t - r}$); the gradient
-    returned there is 0, never NaN.
+    it is the Plummer $\sigma^2 = G M / (6\sqrt{r^2 + a^2})$. $\sigma = 0$ at and
+    beyond $r_t$, where its true $r$-derivative is infinite ($\sigma \propto
+    \sqrt{r_t - r}$); the gradient returned there is 0, never NaN. 1e5 radii take
+    about 0.2 s on 2 CPU cores after jit, their gradient about 0.5 s.
 
     **Arguments:** as `eff_density`, plus `G`, the gravitational constant in units of
     (velocity)$^2$ length / mass.
@@ -403,6 +404,6 @@ def eff_sample_radii(u: ArrayLike, gamma: ArrayLike, a: ArrayLike, r_t: ArrayLik
         target = u
     grid = lo + (hi - lo) * jnp.linspace(0.0, 1.0, _N_TABLE, dtype=u.dtype)
     table = jax.lax.stop_gradient(F(grid))
-    t_lo, t_hi = tabulated_bracket(grid, table, jax.lax.stop_gradient(target))
-    t = solve_increasing(F, target, t_lo, t_hi, num_steps=_N_NEWTON)
+    k = jnp.clip(jnp.searchsorted(table, jax.lax.stop_gradient(target), side="right"), 1, _N_TABLE - 1)
+    t = solve_increasing(F, target, grid[k - 1], grid[k], num_steps=_N_NEWTON, F_lo=table[k - 1], F_hi=table[k])
     return a * jnp.exp(t)
