@@ -232,13 +232,3 @@ def test_audit_exit_code_follows_rows(monkeypatch, capsys, fail):
     assert ("FAIL" in out) == fail
     if fail:
         assert "1 of 3" in err
-
-
-def test_audit_accepts_dict_rows(monkeypatch, capsys):
-    import progenax.audit
-
-    rows = [{"builder": "b", "status": "ok"}, {"builder": "c", "status": "FAILED"}]
-    monkeypatch.setattr(progenax.audit, "run_audit", lambda *a, **k: rows)
-    monkeypatch.setattr(progenax.audit, "format_table", lambda rows: "table")
-    code, out, err = _run(capsys, "audit")
-    assert code == 1 and out.strip() == "table"

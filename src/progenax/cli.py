@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -204,22 +204,12 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _row_passed(row: Any) -> bool:
-    """Whether an audit row passed: its `passed` flag, else its status string."""
-    passed = row.get("passed") if isinstance(row, Mapping) else getattr(row, "passed", None)
-    if passed is not None:
-        return bool(passed)
-    status = row.get("status") if isinstance(row, Mapping) else getattr(row, "status", None)
-    status = getattr(status, "value", status)  # an Enum member
-    return str(status).strip().lower() not in ("fail", "failed", "error", "errored")
-
-
 def _cmd_audit(args: argparse.Namespace) -> int:
     from .audit import format_table, run_audit
 
     rows = list(run_audit())
     print(format_table(rows))
-    failed = [row for row in rows if not _row_passed(row)]
+    failed = [row for row in rows if not row.passed]
     if failed:
         print(f"{len(failed)} of {len(rows)} audit checks failed", file=sys.stderr)
         return EXIT_FAILED
