@@ -64,6 +64,7 @@ class AuditRow:
     edges_finite: bool
     status: str
     reason: str
+    setting: str = ""
 
     @property
     def passed(self) -> bool:
@@ -141,7 +142,8 @@ def check_entry(entry: AuditEntry) -> AuditRow:
         fd = float((fn(x + h) - fn(x - h)) / (2.0 * h))
         rel = abs(ad - fd) / max(abs(fd), 1e-300)
         edges = all(bool(jnp.isfinite(grad(jnp.asarray(e, jnp.float64)))) for e in entry.edges)
-    return AuditRow(entry.builder, entry.parameter, ad, fd, rel, edges, entry.status, entry.reason)
+    setting = ", ".join(f"{k}={v:g}" for k, v in {entry.parameter: entry.value, **entry.kwargs}.items())
+    return AuditRow(entry.builder, entry.parameter, ad, fd, rel, edges, entry.status, entry.reason, setting)
 
 
 def run_audit(builders: list[str] | None = None) -> list[AuditRow]:
@@ -151,14 +153,14 @@ def run_audit(builders: list[str] | None = None) -> list[AuditRow]:
 
 
 def format_table(rows: list[AuditRow]) -> str:
-    header = f"{'builder':<18} {'parameter':<10} {'autodiff':>14} {'finite diff':>14} {'rel err':>9}  {'status':<8} result"
+    header = f"{'builder':<18} {'parameter':<10} {'at':<18} {'autodiff':>14} {'finite diff':>14} {'rel err':>9}  {'status':<8} result"
     lines = [header, "-" * len(header)]
     for r in rows:
         result = "ok" if r.passed else "FAIL"
         if not r.edges_finite:
             result += " (non-finite at range edge)"
         lines.append(
-            f"{r.builder:<18} {r.parameter:<10} {r.autodiff:>14.6e} {r.finite_difference:>14.6e} "
+            f"{r.builder:<18} {r.parameter:<10} {r.setting:<18} {r.autodiff:>14.6e} {r.finite_difference:>14.6e} "
             f"{r.relative_error:>9.1e}  {r.status:<8} {result}" + (f"  [{r.reason}]" if r.reason else "")
         )
     return "\n".join(lines)
