@@ -8,6 +8,8 @@ parameters out of range raise through `equinox.error_if` under `jit`.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,13 @@ from ._types import Array, ArrayLike, Key
 from .diagnostics.energy import scale_to_virial_ratio
 from .imf import PowerLawIMF, kroupa, salpeter
 from .kinematics.plummer_df import sample_speed_fraction
-from .profiles.eff import eff_sample_radii, eff_scale_radius, eff_velocity_dispersion
+from .profiles.eff import (
+    TRUNCATED_HALF_MASS_MESSAGE,
+    eff_sample_radii,
+    eff_scale_radius,
+    eff_velocity_dispersion,
+    truncated_half_mass_unreachable,
+)
 from .profiles.plummer import plummer_sample_radii, plummer_scale_radius
 from .sampling import isotropic_directions, uniform_open
 from .state import InitialConditions, ParticleState
@@ -42,12 +50,30 @@ def _check_imf(imf: str | PowerLawIMF | None) -> str | PowerLawIMF:
     raise ValueError(f"imf must be None, one of {IMF_CHOICES} or a PowerLawIMF, got {imf!r}")
 
 
-def _check_alpha(checks: ParameterChecks, alpha: ArrayLike) -> Array:
-    return checks.range("alpha", alpha, lower=0.0, upper=10.0)
+class CommonArguments(NamedTuple):
+    """The validated arguments every builder shares."""
+
+    checks: ParameterChecks
+    n: int
+    units: str
+    imf: str | PowerLawIMF
+    r_h: Array
+    alpha: Array
+    Q: Array | None
 
 
-def _check_Q(checks: ParameterChecks, Q: ArrayLike | None) -> Array | None:
-    return None if Q is None else checks.range("Q", Q, lower=0.0)
+def check_common_arguments(n, units, imf, r_h, alpha, Q) -> CommonArguments:
+    """Validate n, units, imf (static) and r_h, alpha, Q (possibly traced)."""
+    checks = ParameterChecks()
+    return CommonArguments(
+        checks=checks,
+        n=check_count("n", n),
+        units=check_units_name(units),
+        imf=_check_imf(imf),
+        r_h=checks.range("r_h", r_h, lower=0.0),
+        alpha=checks.range("alpha", alpha, lower=0.0, upper=10.0),
+        Q=None if Q is None else checks.range("Q", Q, lower=0.0),
+    )
 
 
 def resolve_imf(imf: str | PowerLawIMF, alpha: Array) -> PowerLawIMF:
@@ -177,14 +203,8 @@ def plummer_builder(
     ic = progenax.plummer_builder(jax.random.PRNGKey(0), n=10_000, r_h=1.0)
     ```
     """
-    n = check_count("n", n)
-    units = check_units_name(units)
-    imf = _check_imf(imf)
-    checks = ParameterChecks()
-    r_h = checks.range("r_h", r_h, lower=0.0)
-    alpha = _check_alpha(checks, alpha)
-    Q = _check_Q(checks, Q)
-    return checks.attach(_plummer(_as_key(key), n, r_h, alpha, Q, imf, units))
+    c = check_common_arguments(n, units, imf, r_h, alpha, Q)
+    return c.checks.attach(_plummer(_as_key(key), c.n, c.r_h, c.alpha, c.Q, c.imf, c.units))
 
 
 # -- EFF -----------------------------------------------------------------------
@@ -252,24 +272,12 @@ def eff_builder(
     ic = progenax.eff_builder(jax.random.PRNGKey(0), n=10_000, gamma=3.0, r_h=1.0)
     ```
     """
-    n = check_count("n", n)
-    units = check_units_name(units)
-    imf = _check_imf(imf)
-    checks = ParameterChecks()
-    r_h = checks.range("r_h", r_h, lower=0.0)
+    c = check_common_arguments(n, units, imf, r_h, alpha, Q)
+    checks = c.checks
     if r_t is None:
         gamma = checks.range("gamma", gamma, lower=2.0)
     else:
         gamma = checks.range("gamma", gamma, lower=0.0)
         r_t = checks.range("r_t", r_t, lower=0.0)
-        # A half-mass radius needs r_h < 2^(-1/3) r_t (the uniform-sphere limit)
-        # and, for gamma < 2, (r_h / r_t)^(2 - gamma) > 1/2.
-        ratio = r_h / r_t
-        checks.condition(
-            (ratio >= 2.0 ** (-1.0 / 3.0))
-            | ((gamma < 2.0) & ((2.0 - gamma) * jnp.log(ratio) <= -jnp.log(2.0))),
-            "r_h must be < 2^(-1/3) r_t and, for gamma < 2, (r_h/r_t)^(2-gamma) > 1/2",
-        )
-    alpha = _check_alpha(checks, alpha)
-    Q = _check_Q(checks, Q)
-    return checks.attach(_eff(_as_key(key), n, gamma, r_h, r_t, alpha, Q, imf, units))
+        checks.condition(truncated_half_mass_unreachable(c.r_h, r_t, gamma), TRUNCATED_HALF_MASS_MESSAGE)
+    return checks.attach(_eff(_as_key(key), c.n, gamma, c.r_h, r_t, c.alpha, c.Q, c.imf, c.units))

@@ -339,6 +339,17 @@ def _raise_if(x: Array, bad: Array, message: str) -> Array:
     return x
 
 
+TRUNCATED_HALF_MASS_MESSAGE = "r_h must be < 2^(-1/3) r_t and, for gamma < 2, (r_h/r_t)^(2-gamma) > 1/2"
+
+
+def truncated_half_mass_unreachable(r_h: ArrayLike, r_t: ArrayLike, gamma: ArrayLike) -> Array:
+    """True where no truncated EFF model has half its mass inside r_h (see
+    `eff_scale_radius`): r_h >= 2^(-1/3) r_t, or gamma < 2 and (r_h/r_t)^(2-gamma) <= 1/2."""
+    log_ratio = jnp.log(jnp.asarray(r_t) / jnp.asarray(r_h))
+    gamma = jnp.asarray(gamma)
+    return (log_ratio <= jnp.log(2.0) / 3.0) | ((gamma < 2.0) & ((2.0 - gamma) * log_ratio >= jnp.log(2.0)))
+
+
 def eff_scale_radius(r_h: ArrayLike, gamma: ArrayLike, r_t: ArrayLike | None = None) -> Array:
     r"""Scale radius $a$ whose model has 3D half-mass radius `r_h` (length).
 
@@ -357,8 +368,7 @@ def eff_scale_radius(r_h: ArrayLike, gamma: ArrayLike, r_t: ArrayLike | None = N
         s = solve_increasing(lambda s: _fraction_at(s, shape), 0.5, lo, hi, num_steps=80)
         return r_h * jnp.exp(-s)
     log_ratio = jnp.log(r_t / r_h)
-    bad = (log_ratio <= jnp.log(2.0) / 3.0) | ((gamma < 2.0) & ((2.0 - gamma) * log_ratio >= jnp.log(2.0)))
-    r_h = _raise_if(r_h, bad, "r_h must be < 2^(-1/3) r_t and, for gamma < 2, (r_h/r_t)^(2-gamma) > 1/2")
+    r_h = _raise_if(r_h, truncated_half_mass_unreachable(r_h, r_t, gamma), TRUNCATED_HALF_MASS_MESSAGE)
     b = 0.5 * (gamma - 2.0)
     lo = -log_ratio - 8.0  # a ~ 3000 r_t: nearly uniform, fraction ~ (r_h/r_t)^3
     hi = jnp.minimum(2.0 + log_ratio + 15.0 / jnp.maximum(2.0 * jnp.abs(b), 0.1), big)
