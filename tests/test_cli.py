@@ -232,3 +232,19 @@ def test_audit_exit_code_follows_rows(monkeypatch, capsys, fail):
     assert ("FAIL" in out) == fail
     if fail:
         assert "1 of 3" in err
+
+
+@pytest.mark.parametrize("fmt,name", [("gadget", "snap.hdf5"), ("nbody6", "fort.10"), ("csv", "stars.csv")])
+def test_build_and_info_in_other_formats(tmp_path, capsys, fmt, name):
+    path = tmp_path / name
+    code, _, err = _run(capsys, "build", "plummer", "--n", "300", "--format", fmt, "-o", str(path))
+    assert code == 0, err
+    assert path.exists() and path.stat().st_size > 0
+    code, out, err = _run(capsys, "info", str(path), "--format", fmt)
+    assert code == 0, err
+    assert "300" in out
+
+
+def test_unknown_extension_without_format_is_a_usage_error(tmp_path, capsys):
+    code, _, err = _run(capsys, "build", "plummer", "--n", "50", "-o", str(tmp_path / "x.txt"))
+    assert code == 2 and "--format" in err

@@ -63,20 +63,34 @@ def _seed(text: str) -> int:
     return value
 
 
-def _output_path(text: str) -> Path:
-    from .io import file_format
-
-    try:
-        file_format(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return Path(text)
-
-
 def _png_path(text: str) -> Path:
     if Path(text).suffix.lower() != ".png":
         raise argparse.ArgumentTypeError(f"the figure is a PNG: the path must end in .png, got {text!r}")
     return Path(text)
+
+
+FORMAT_HELP = (
+    "file format: our own hdf5/npz schema (default, from the extension), "
+    "gadget/swift HDF5, nbody6/petar ASCII (Henon units), or csv"
+)
+
+
+def _formats() -> tuple[str, ...]:
+    from .io import FORMATS
+
+    return FORMATS
+
+
+def _checked_format(path: Path, fmt: str | None) -> str | None:
+    """Without --format the extension must name our own schema."""
+    if fmt is None:
+        from .io import file_format
+
+        try:
+            file_format(path)
+        except ValueError as err:
+            raise UsageError(f"{err}; or give --format") from None
+    return fmt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,17 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--imf", choices=IMFS, default="kroupa", help="initial mass function (default kroupa)")
     b.add_argument("--units", choices=UNITS, default="physical", help="unit system of the file (default physical)")
     b.add_argument(
-        "-o", "--output", type=_output_path, default=Path("cluster.h5"),
-        help="output file, .h5/.hdf5 or .npz (default cluster.h5)",
+        "-o", "--output", type=Path, default=Path("cluster.h5"),
+        help="output file; without --format, .h5/.hdf5 or .npz (default cluster.h5)",
     )
+    b.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
     b.set_defaults(func=_cmd_build)
 
     i = sub.add_parser("info", help="summarise a cluster file")
-    i.add_argument("path", type=Path, help="a .h5/.hdf5/.npz file written by progenax")
+    i.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
+    i.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
     i.set_defaults(func=_cmd_info)
 
     p = sub.add_parser("plot", help="quick-look figure of a cluster file")
-    p.add_argument("path", type=Path, help="a .h5/.hdf5/.npz file written by progenax")
+    p.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
+    p.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
     p.add_argument(
         "-o", "--output", type=_png_path, default=None, help="PNG to write (default: next to the file)"
     )
@@ -175,10 +192,11 @@ def _build(args: argparse.Namespace):
 def _cmd_build(args: argparse.Namespace) -> int:
     from .io import summary_line, write
 
-    ic = _build(args)
     path = args.output
+    fmt = _checked_format(path, args.format)
+    ic = _build(args)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write(ic, path)
+    write(ic, path, format=fmt)
     print(f"{summary_line(ic)} -> {path}")
     return EXIT_OK
 
@@ -186,7 +204,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_info(args: argparse.Namespace) -> int:
     from .io import format_summary, read
 
-    ic = read(args.path)
+    ic = read(args.path, format=args.format)
     print(f"{'file':<17} {args.path}")
     print(format_summary(ic))
     return EXIT_OK
@@ -196,7 +214,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from .io import read
     from .plotting import quicklook
 
-    ic = read(args.path)
+    ic = read(args.path, format=args.format)
     out = args.output or args.path.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
     quicklook(ic, out)

@@ -1,16 +1,25 @@
 """Reading and writing initial conditions.
 
 `write(ic, path)` / `read(path)`: progenax's own schema in HDF5 (`.h5`, `.hdf5`)
-or `.npz`; see `progenax.io.native` for the schema. `format_summary(ic)` describes
+or `.npz`; see `progenax.io.native` for the schema. `format=` ("gadget"/"swift",
+"nbody6"/"petar", "csv", see `FORMATS`) picks an exchange format instead:
+`progenax.io.gadget`, `progenax.io.nbody`, `progenax.io.csv`. `format_summary(ic)` describes
 a cluster in a few lines (what `progenax info` prints).
 """
 
+from .csv import read_csv as read_csv
+from .csv import write_csv as write_csv
+from .gadget import read_gadget as read_gadget
+from .gadget import write_gadget as write_gadget
 from .native import EXTENSIONS as EXTENSIONS
+from .native import FORMATS as FORMATS
 from .native import SCHEMA as SCHEMA
 from .native import SCHEMA_VERSION as SCHEMA_VERSION
 from .native import file_format as file_format
 from .native import read as read
 from .native import write as write
+from .nbody import read_nbody6 as read_nbody6
+from .nbody import write_nbody6 as write_nbody6
 from .summary import format_summary as format_summary
 from .summary import summary_line as summary_line
 
@@ -22,6 +31,14 @@ __all__ = [
     "file_format",
     "read",
     "write",
+    # exchange formats
+    "FORMATS",
+    "read_csv",
+    "read_gadget",
+    "read_nbody6",
+    "write_csv",
+    "write_gadget",
+    "write_nbody6",
     # summaries
     "format_summary",
     "summary_line",

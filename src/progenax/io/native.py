@@ -6,7 +6,10 @@ its exact values. Reading float64 data needs `jax_enable_x64`, as any float64
 JAX array does; without it JAX narrows the arrays to float32 (with a warning).
 
 The format is chosen from the extension: `.h5` / `.hdf5` (HDF5, via h5py) or
-`.npz` (numpy archive, no pickles).
+`.npz` (numpy archive, no pickles). `write(ic, path, format=...)` and
+`read(path, format=...)` also route to the exchange formats of
+`progenax.io.gadget` ("gadget"/"swift"), `progenax.io.nbody` ("nbody6"/"petar")
+and `progenax.io.csv` ("csv"); see `FORMATS`.
 
 ## HDF5 schema (`schema = "progenax-ic"`, `schema_version = 1`)
 
@@ -129,16 +132,52 @@ def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
     return arrays, attrs, params
 
 
-def write(ic, path: str | os.PathLike) -> Path:
-    """Write `ic` (an `InitialConditions`) to `path` in progenax's own format.
+FORMATS = ("hdf5", "npz", "gadget", "swift", "nbody6", "petar", "csv")
+"""Values of `format=` for `write` / `read` ("swift" is "gadget", "petar" is "nbody6")."""
 
-    The extension picks the format: `.h5`/`.hdf5` (HDF5) or `.npz`. An existing
-    file is overwritten; the parent directory must exist. Returns the path.
 
-    See the module docstring for the schema.
+def _check_format(format: str | None, path: Path) -> str:
+    """The format to use: `format` validated, or the native one from the extension."""
+    if format is None:
+        return file_format(path)
+    if not isinstance(format, str) or format.lower() not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS} (or None: by extension), got {format!r}")
+    return {"swift": "gadget", "petar": "nbody6"}.get(format.lower(), format.lower())
+
+
+def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> Path:
+    """Write `ic` (an `InitialConditions`) to `path`.
+
+    With `format=None` (default) the extension picks progenax's own format:
+    `.h5`/`.hdf5` (HDF5) or `.npz`; see the module docstring for the schema.
+    An explicit `format` is one of `FORMATS`:
+
+    - "hdf5", "npz": progenax's own schema, whatever the extension;
+    - "gadget" (alias "swift"): Gadget/SWIFT HDF5 snapshot in pc, km/s, Msun,
+      `progenax.io.gadget.write_gadget` (options `particle_type=`, `box_size=`);
+    - "nbody6" (alias "petar"): NBODY6 `fort.10` table in Henon units plus a
+      `<path>.units.json` sidecar, `progenax.io.nbody.write_nbody6` (option
+      `sidecar=`);
+    - "csv": CSV table in pc, km/s, Msun with weights, `progenax.io.csv.write_csv`.
+
+    An existing file is overwritten; the parent directory must exist. Returns the path.
     """
     path = Path(path)
-    fmt = file_format(path)
+    fmt = _check_format(format, path)
+    if fmt == "gadget":
+        from .gadget import write_gadget
+
+        return write_gadget(ic, path, **options)
+    if fmt == "nbody6":
+        from .nbody import write_nbody6
+
+        return write_nbody6(ic, path, **options)
+    if options:
+        raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
+    if fmt == "csv":
+        from .csv import write_csv
+
+        return write_csv(ic, path)
     if not path.parent.exists():
         raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
     arrays, attrs, params = _content(ic)
@@ -179,18 +218,37 @@ def _write_npz(path: Path, arrays, attrs, params) -> None:
 # ---------------------------------------------------------------------------- read
 
 
-def read(path: str | os.PathLike):
+def read(path: str | os.PathLike, format: str | None = None, **options):
     """Read an `InitialConditions` written by `write`.
+
+    `format` as for `write`: None (default) picks progenax's own format from the
+    extension; "gadget"/"swift", "nbody6"/"petar" and "csv" call
+    `read_gadget`, `read_nbody6` and `read_csv` (with `options`).
 
     **Raises:**
 
-    - `ValueError` if the extension is not one of `.h5`, `.hdf5`, `.npz`, or the
-      file is not a progenax initial-conditions file (another HDF5 schema, a
-      newer schema version, missing datasets, not HDF5 at all).
+    - `ValueError` if the extension is not one of `.h5`, `.hdf5`, `.npz` (with
+      `format=None`), `format` is not one of `FORMATS`, or the file is not a
+      progenax initial-conditions file (another HDF5 schema, a newer schema
+      version, missing datasets, not HDF5 at all).
     - `FileNotFoundError` (naming the path) if the file does not exist.
     """
     path = Path(path)
-    fmt = file_format(path)
+    fmt = _check_format(format, path)
+    if fmt == "gadget":
+        from .gadget import read_gadget
+
+        return read_gadget(path, **options)
+    if fmt == "nbody6":
+        from .nbody import read_nbody6
+
+        return read_nbody6(path, **options)
+    if options:
+        raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
+    if fmt == "csv":
+        from .csv import read_csv
+
+        return read_csv(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     if fmt == "hdf5":

@@ -1,0 +1,86 @@
+"""CSV tables of `InitialConditions` in physical units.
+
+`write_csv(ic, path)` writes one header line and one line per star:
+
+    x_pc,y_pc,z_pc,vx_kms,vy_kms,vz_kms,mass_msun,weight
+
+positions in pc, velocities in km/s, masses in Msun (an `InitialConditions` in
+Henon units is converted with `ic.to_physical()` first), and the soft
+membership weight in [0, 1] as it is (masses are *not* multiplied by it).
+Numbers are written with `'%.17g'`, so float64 values read back bit for bit.
+Comma-separated, no index column, no quoting, newline line endings: pandas
+(`pd.read_csv`), astropy (`Table.read(path, format="ascii.csv")`), TOPCAT and
+spreadsheets read it as is.
+
+`read_csv(path)` reads such a table back as an `InitialConditions` in physical
+units (model "csv", no params); the columns may come in any order, but all
+eight must be there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+COLUMNS = ("x_pc", "y_pc", "z_pc", "vx_kms", "vy_kms", "vz_kms", "mass_msun", "weight")
+HEADER = ",".join(COLUMNS)
+_FMT = "%.17g"
+
+
+def write_csv(ic, path: str | os.PathLike) -> Path:
+    """Write `ic` as a CSV table in pc, km/s, Msun with weights (module docstring).
+
+    Returns the path; raises `FileNotFoundError` if its directory is missing.
+    """
+    path = Path(path)
+    if not path.parent.exists():
+        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    phys = ic.to_physical()
+    s = phys.state
+    table = np.column_stack(
+        [
+            np.asarray(s.positions, dtype=np.float64),
+            np.asarray(s.velocities, dtype=np.float64),
+            np.asarray(s.masses, dtype=np.float64),
+            np.asarray(phys.weights, dtype=np.float64),
+        ]
+    )
+    with open(path, "w", newline="\n") as f:
+        np.savetxt(f, table, fmt=_FMT, delimiter=",", header=HEADER, comments="")
+    return path
+
+
+def read_csv(path: str | os.PathLike, *, model: str = "csv"):
+    """Read a CSV table written by `write_csv` as an `InitialConditions` (physical units).
+
+    **Raises:** `ValueError` if a column of `COLUMNS` is missing or a value is
+    not a number; `FileNotFoundError` if the file does not exist.
+    """
+    import jax.numpy as jnp
+
+    from ..state import InitialConditions, ParticleState
+    from ..units import physical_units
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    with open(path) as f:
+        header = [name.strip() for name in f.readline().strip().split(",")]
+        missing = [name for name in COLUMNS if name not in header]
+        if missing:
+            raise ValueError(f"{str(path)!r}: the header lacks the column(s) {', '.join(missing)} (expected {HEADER})")
+        try:
+            table = np.loadtxt(f, dtype=np.float64, delimiter=",", ndmin=2)
+        except ValueError as err:
+            raise ValueError(f"{str(path)!r} is not a numeric CSV table ({err})") from None
+    if table.shape[1] != len(header):
+        raise ValueError(f"{str(path)!r}: {table.shape[1]} columns of values for {len(header)} header names")
+    col = {name: table[:, header.index(name)] for name in COLUMNS}
+    state = ParticleState(
+        positions=jnp.asarray(np.column_stack([col["x_pc"], col["y_pc"], col["z_pc"]])),
+        velocities=jnp.asarray(np.column_stack([col["vx_kms"], col["vy_kms"], col["vz_kms"]])),
+        masses=jnp.asarray(col["mass_msun"]),
+    )
+    return InitialConditions(state, jnp.asarray(col["weight"]), model, {}, physical_units())

@@ -1,0 +1,271 @@
+r"""Gadget / SWIFT-style HDF5 snapshots of `InitialConditions`.
+
+`write_gadget(ic, path)` writes a single-file snapshot that Gadget-2/3/4, AREPO,
+SWIFT and their readers (yt, pynbody, swiftsimio) understand;
+`read_gadget(path)` reads one back as an `InitialConditions` in physical units.
+
+## Layout
+
+Group `Header`, attributes:
+
+| name                     | value                                               |
+|--------------------------|-----------------------------------------------------|
+| `NumPart_ThisFile`       | (6,) uint32: n in slot `particle_type`, 0 elsewhere |
+| `NumPart_Total`          | (6,) uint32: the same (one file per snapshot)       |
+| `NumPart_Total_HighWord` | (6,) uint32: n >> 32 in slot `particle_type`        |
+| `MassTable`              | (6,) float64 zeros: masses are per particle         |
+| `BoxSize`                | float64, 0 for open boundaries unless given         |
+| `Time`                   | float64, 0.0                                        |
+| `Redshift`               | float64, 0.0                                        |
+| `NumFilesPerSnapshot`    | int32, 1                                            |
+| `Omega0`, `OmegaLambda`, `HubbleParam` | 0, 0, 1 (not cosmological)            |
+| `Flag_Sfr`, `Flag_Cooling`, `Flag_StellarAge`, `Flag_Metals`, `Flag_Feedback` | int32, 0 |
+| `Flag_DoublePrecision`   | int32, 1 for float64 data, 0 for float32            |
+| `Dimension`              | int32, 3 (SWIFT)                                    |
+
+Group `PartType{k}` (k = 4, "stars", by default; `particle_type=1` for a
+collisionless N-body run, where stars are Gadget's "halo" particles):
+
+| dataset       | shape  | dtype                       |
+|---------------|--------|-----------------------------|
+| `Coordinates` | (n, 3) | the state's float dtype     |
+| `Velocities`  | (n, 3) | the state's float dtype     |
+| `Masses`      | (n,)   | the state's float dtype     |
+| `ParticleIDs` | (n,)   | uint64, 1 ... n             |
+
+Group `Units` (SWIFT's names, cgs): `Unit length in cgs (U_L)` = one pc,
+`Unit mass in cgs (U_M)` = one Msun, `Unit velocity in cgs (U_V)` = 1 km/s,
+`Unit time in cgs (U_t)` = U_L / U_V, `Unit current in cgs (U_I)` = 1,
+`Unit temperature in cgs (U_T)` = 1.
+
+Group `progenax` (ignored by other codes): attributes `model` and
+`progenax_version`, so that `read_gadget` gives back the model name.
+
+## Units
+
+Values are written **as they are in physical units**: positions in pc,
+velocities in km/s, masses in Msun; the `Units` group says so. An
+`InitialConditions` in Henon units is converted with `ic.to_physical()` first.
+Gadget's own convention differs (default length kpc/h, velocity km/s, mass
+1e10 Msun/h, and velocities in the file are $\sqrt{a}$ times peculiar at
+redshift z; here a = 1, so nothing changes): set `UnitLength_in_cm =
+3.0856775814913673e18`, `UnitMass_in_g = 1.98841e33`,
+`UnitVelocity_in_cm_per_s = 1e5` in the Gadget parameter file (SWIFT reads the
+`Units` group itself when `InitialConditions:cleanup_h_factors` is off).
+In these units $G = 4.300917\times10^{-3}$.
+
+## Soft weights
+
+Gadget particles have no membership weight, so `write_gadget` **refuses** an
+`InitialConditions` whose weights are not all exactly 1 (`ValueError`): silently
+multiplying masses by weights would change the dynamics (zero-mass particles,
+a different total mass). Drop or harden the weights first. `read_gadget` gives
+weights of 1.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+U_L_CGS = 3.0856775814913673e18
+"""One parsec in cm."""
+U_M_CGS = 1.98841e33
+"""One solar mass in g."""
+U_V_CGS = 1.0e5
+"""One km/s in cm/s."""
+
+PARTICLE_TYPES = (0, 1, 2, 3, 4, 5)
+DEFAULT_PARTICLE_TYPE = 4
+
+
+def _check_particle_type(particle_type: int) -> int:
+    if isinstance(particle_type, bool) or not isinstance(particle_type, (int, np.integer)) or (
+        int(particle_type) not in PARTICLE_TYPES
+    ):
+        raise ValueError(
+            f"particle_type must be an integer in {PARTICLE_TYPES} (4: stars, 1: collisionless), "
+            f"got {particle_type!r}"
+        )
+    return int(particle_type)
+
+
+def check_unit_weights(ic, fmt: str) -> None:
+    """Raise `ValueError` if any weight of `ic` differs from 1 (`fmt` names the format)."""
+    w = np.asarray(ic.weights)
+    bad = int(np.count_nonzero(w != 1))
+    if bad:
+        raise ValueError(
+            f"the {fmt} format has no membership weights, and {bad} of {w.size} weights are not 1 "
+            f"(min {w.min():.6g}); refusing to write them. Drop the low-weight stars or set "
+            f"weights to 1 first (or use the native .h5/.npz or csv format, which keep weights)"
+        )
+
+
+def write_gadget(
+    ic,
+    path: str | os.PathLike,
+    *,
+    particle_type: int = DEFAULT_PARTICLE_TYPE,
+    box_size: float = 0.0,
+) -> Path:
+    """Write `ic` as a Gadget/SWIFT HDF5 snapshot (see the module docstring).
+
+    **Arguments:**
+
+    - `ic`: an `InitialConditions` (any units; converted to physical).
+    - `path`: the file to write (overwritten); its directory must exist.
+    - `particle_type`: the `PartType` group, 4 (stars, default) or 1
+      (collisionless N-body particles); any of 0..5 is accepted.
+    - `box_size`: `Header/BoxSize` in pc; 0 (default) means open boundaries.
+
+    **Returns:** the path.
+
+    **Raises:** `ValueError` if a weight is not 1, `particle_type` is not in
+    0..5 or `box_size` is negative; `FileNotFoundError` if the directory is
+    missing.
+    """
+    import h5py
+
+    from .. import __version__
+
+    ptype = _check_particle_type(particle_type)
+    box = float(box_size)
+    if not box >= 0.0:
+        raise ValueError(f"box_size must be >= 0 (0: open boundaries), got {box_size!r}")
+    path = Path(path)
+    if not path.parent.exists():
+        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    check_unit_weights(ic, "gadget")
+    phys = ic.to_physical()
+    s = phys.state
+    pos = np.asarray(s.positions)
+    vel = np.asarray(s.velocities)
+    mass = np.asarray(s.masses)
+    n = mass.shape[0]
+
+    counts = np.zeros(6, dtype=np.uint32)
+    counts[ptype] = n & 0xFFFFFFFF
+    high = np.zeros(6, dtype=np.uint32)
+    high[ptype] = n >> 32
+    double = int(pos.dtype == np.float64)
+
+    with h5py.File(path, "w") as f:
+        h = f.create_group("Header")
+        h.attrs["NumPart_ThisFile"] = counts
+        h.attrs["NumPart_Total"] = counts
+        h.attrs["NumPart_Total_HighWord"] = high
+        h.attrs["MassTable"] = np.zeros(6, dtype=np.float64)
+        h.attrs["BoxSize"] = np.float64(box)
+        h.attrs["Time"] = np.float64(0.0)
+        h.attrs["Redshift"] = np.float64(0.0)
+        h.attrs["NumFilesPerSnapshot"] = np.int32(1)
+        h.attrs["Omega0"] = np.float64(0.0)
+        h.attrs["OmegaLambda"] = np.float64(0.0)
+        h.attrs["HubbleParam"] = np.float64(1.0)
+        for flag in ("Flag_Sfr", "Flag_Cooling", "Flag_StellarAge", "Flag_Metals", "Flag_Feedback"):
+            h.attrs[flag] = np.int32(0)
+        h.attrs["Flag_DoublePrecision"] = np.int32(double)
+        h.attrs["Dimension"] = np.int32(3)
+
+        u = f.create_group("Units")
+        u.attrs["Unit length in cgs (U_L)"] = np.float64(U_L_CGS)
+        u.attrs["Unit mass in cgs (U_M)"] = np.float64(U_M_CGS)
+        u.attrs["Unit velocity in cgs (U_V)"] = np.float64(U_V_CGS)
+        u.attrs["Unit time in cgs (U_t)"] = np.float64(U_L_CGS / U_V_CGS)
+        u.attrs["Unit current in cgs (U_I)"] = np.float64(1.0)
+        u.attrs["Unit temperature in cgs (U_T)"] = np.float64(1.0)
+
+        g = f.create_group(f"PartType{ptype}")
+        g.create_dataset("Coordinates", data=pos)
+        g.create_dataset("Velocities", data=vel)
+        g.create_dataset("Masses", data=mass)
+        g.create_dataset("ParticleIDs", data=np.arange(1, n + 1, dtype=np.uint64))
+
+        p = f.create_group("progenax")
+        p.attrs["model"] = str(phys.model)
+        p.attrs["progenax_version"] = str(__version__)
+    return path
+
+
+def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
+    """Read a Gadget/SWIFT HDF5 snapshot as an `InitialConditions` (physical units).
+
+    **Arguments:**
+
+    - `path`: the snapshot (one file).
+    - `particle_type`: the `PartType` group to read; None (default) reads the
+      one group that holds particles (an error if several do).
+
+    The values are taken to be in pc, km/s and Msun, which is what
+    `write_gadget` writes; a file whose `Units` group says otherwise is converted
+    from its cgs units. Masses come from `Masses` or, when that dataset is
+    absent, from `Header/MassTable`. Weights are 1; the model is the one
+    `write_gadget` recorded, else "gadget"; `params` is empty.
+    """
+    import h5py
+    import jax.numpy as jnp
+
+    from ..state import InitialConditions, ParticleState
+    from ..units import physical_units
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise ValueError(f"{str(path)!r} is not a readable HDF5 file ({err})") from None
+    with f:
+        if not isinstance(f.get("Header"), h5py.Group):
+            raise ValueError(f"{str(path)!r} is not a Gadget/SWIFT snapshot (no Header group)")
+        groups = [k for k in PARTICLE_TYPES if isinstance(f.get(f"PartType{k}"), h5py.Group)]
+        if particle_type is None:
+            filled = [k for k in groups if "Coordinates" in f[f"PartType{k}"]]
+            if len(filled) != 1:
+                raise ValueError(
+                    f"{str(path)!r} holds particles of types {filled}; pass particle_type= to choose one"
+                )
+            ptype = filled[0]
+        else:
+            ptype = _check_particle_type(particle_type)
+            if ptype not in groups:
+                raise ValueError(f"{str(path)!r} has no PartType{ptype} group (it has {groups})")
+        g = f[f"PartType{ptype}"]
+        missing = [name for name in ("Coordinates", "Velocities") if name not in g]
+        if missing:
+            raise ValueError(f"{str(path)!r}: PartType{ptype} lacks {', '.join(missing)}")
+        pos = g["Coordinates"][()]
+        vel = g["Velocities"][()]
+        if "Masses" in g:
+            mass = g["Masses"][()]
+        else:
+            table = np.asarray(f["Header"].attrs.get("MassTable", np.zeros(6)))
+            mass = np.full(pos.shape[0], table[ptype], dtype=pos.dtype)
+        scale_l, scale_m, scale_v = 1.0, 1.0, 1.0
+        if isinstance(f.get("Units"), h5py.Group):
+            ua = f["Units"].attrs
+            scale_l = float(ua.get("Unit length in cgs (U_L)", U_L_CGS)) / U_L_CGS
+            scale_m = float(ua.get("Unit mass in cgs (U_M)", U_M_CGS)) / U_M_CGS
+            scale_v = float(ua.get("Unit velocity in cgs (U_V)", U_V_CGS)) / U_V_CGS
+        model = "gadget"
+        if isinstance(f.get("progenax"), h5py.Group) and "model" in f["progenax"].attrs:
+            value = f["progenax"].attrs["model"]
+            model = value.decode() if isinstance(value, bytes) else str(value)
+    n = mass.shape[0]
+    if pos.shape != (n, 3) or vel.shape != (n, 3):
+        raise ValueError(
+            f"{str(path)!r}: inconsistent shapes Coordinates {pos.shape}, Velocities {vel.shape}, Masses {mass.shape}"
+        )
+    # Scale only when the file's units are not ours, so a progenax file reads back bit for bit.
+    if scale_l != 1.0:
+        pos = pos * scale_l
+    if scale_v != 1.0:
+        vel = vel * scale_v
+    if scale_m != 1.0:
+        mass = mass * scale_m
+    state = ParticleState(jnp.asarray(pos), jnp.asarray(vel), jnp.asarray(mass))
+    weights = jnp.ones(n, dtype=jnp.asarray(mass).dtype)
+    return InitialConditions(state, weights, model, {}, physical_units())

@@ -1,0 +1,193 @@
+r"""NBODY6 / NBODY6++ / PeTar input tables of `InitialConditions`.
+
+`write_nbody6(ic, path)` writes the plain ASCII table that NBODY6 reads from
+`fort.10`, one line per star:
+
+    mass  x  y  z  vx  vy  vz
+
+in **Henon (N-body) units**, $G = M = 1$, length unit the virial radius
+$r_v = G M^2 / (2|W|)$ (`ic.to_henon()`), so that a cluster in virial
+equilibrium ($Q = 1/2$) has $E = T + W = -1/4$. Numbers are written with
+`'%.17g'`, enough digits for every float64 to read back bit for bit. There is
+no header line: NBODY6 reads the file with Fortran list-directed input,
+`READ (10,*) BODY(I), (X(K,I),K=1,3), (XDOT(K,I),K=1,3)` for I = 1..N, and a
+comment line would stop it. The physical scales therefore go to a **sidecar**
+JSON file `<path>.units.json` (e.g. `fort.10.units.json`):
+
+    {"format": "progenax-nbody6", "units": "henon", "n": ..., "model": ...,
+     "length_pc": ..., "mass_msun": ..., "velocity_kms": ..., "time_myr": ...,
+     "G": 1.0, "nbody6": {"N": ..., "RBAR": ..., "ZMBAR": ...}}
+
+`read_nbody6(path)` reads the table back as an `InitialConditions` in Henon
+units, with the scales from the sidecar (or given as arguments).
+
+## Running NBODY6 on it
+
+Copy the table to `fort.10` in the run directory and in the NBODY6 input file:
+
+- `N` (second line) = the number of stars (`n` in the sidecar); no primordial
+  binaries (`NBIN0 = 0`), since the table holds single stars.
+- `KZ(22) = 4` (read `fort.10` as it is, the mcluster convention; any
+  `KZ(22) > 2` skips NBODY6's rescaling) — the file already is in N-body
+  units. With `KZ(22) = 2` NBODY6 rescales to its own N-body units and to the
+  virial ratio `Q` of the input file: then set `Q` to the cluster's virial
+  ratio, or the velocities are changed.
+- `RBAR` = `length_pc` (the virial radius in pc) and `ZMBAR` = `mass_msun / N`
+  (the mean mass in Msun), both in the sidecar's `nbody6` entry, so that
+  NBODY6's physical output and stellar evolution (`KZ(19)`) use the cluster's
+  scales.
+- The IMF options (`KZ(20)`, `ALPHAS`, `BODY1`, `BODYN`) do not apply: masses
+  come from the table.
+
+PeTar: its `petar.init` tool converts a 7-column table of this layout (mass,
+x, y, z, vx, vy, vz) into PeTar's input; tell it the data are in N-body units
+and give it the scales from the sidecar (see `petar.init -h` for the flags of
+the installed version; not checked against PeTar here).
+
+## Soft weights
+
+The format has no membership weights, so `write_nbody6` **refuses** weights that
+are not all 1 (`ValueError`), as the Gadget writer does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+SIDECAR_SUFFIX = ".units.json"
+FORMAT_TAG = "progenax-nbody6"
+_FMT = "%.17g"
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """The sidecar file that holds the scales of the table at `path`."""
+    path = Path(path)
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
+    """Write `ic` as an NBODY6 `fort.10` table in Henon units (see the module docstring).
+
+    **Arguments:**
+
+    - `ic`: an `InitialConditions` (any units; converted with `ic.to_henon()`).
+    - `path`: the table to write (overwritten); its directory must exist.
+    - `sidecar`: also write the scales to `<path>.units.json` (default True).
+
+    **Returns:** the path of the table.
+
+    **Raises:** `ValueError` if a weight is not 1; `FileNotFoundError` if the
+    directory is missing.
+    """
+    from .. import __version__
+    from .gadget import check_unit_weights
+
+    path = Path(path)
+    if not path.parent.exists():
+        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    check_unit_weights(ic, "nbody6")
+    h = ic.to_henon()
+    s = h.state
+    table = np.column_stack(
+        [
+            np.asarray(s.masses, dtype=np.float64),
+            np.asarray(s.positions, dtype=np.float64),
+            np.asarray(s.velocities, dtype=np.float64),
+        ]
+    )
+    with open(path, "w") as f:
+        np.savetxt(f, table, fmt=_FMT, delimiter=" ")
+    if sidecar:
+        u = h.units
+        n = int(table.shape[0])
+        length = float(np.asarray(u.length_pc))
+        mass = float(np.asarray(u.mass_msun))
+        meta = {
+            "format": FORMAT_TAG,
+            "progenax_version": str(__version__),
+            "columns": ["mass", "x", "y", "z", "vx", "vy", "vz"],
+            "units": "henon",
+            "n": n,
+            "model": str(h.model),
+            "length_pc": length,
+            "mass_msun": mass,
+            "velocity_kms": float(np.asarray(u.velocity_kms)),
+            "time_myr": float(np.asarray(u.time_myr)),
+            "G": 1.0,
+            "nbody6": {"N": n, "RBAR": length, "ZMBAR": mass / n, "KZ22": 4},
+        }
+        sidecar_path(path).write_text(json.dumps(meta, indent=2) + "\n")
+    return path
+
+
+def read_nbody6(
+    path: str | os.PathLike,
+    *,
+    length_pc: float | None = None,
+    mass_msun: float | None = None,
+    model: str | None = None,
+):
+    """Read an NBODY6 7-column table (Henon units) as an `InitialConditions`.
+
+    **Arguments:**
+
+    - `path`: the table (mass, x, y, z, vx, vy, vz per line; lines starting
+      with `#` are skipped).
+    - `length_pc`, `mass_msun`: the length and mass units in pc and Msun. Taken
+      from the sidecar `<path>.units.json` when it exists and these are None;
+      the velocity unit follows from $G = 1$.
+    - `model`: the model name (default: the sidecar's, else "nbody6").
+
+    **Returns:** an `InitialConditions` in Henon units, weights 1, no params.
+
+    **Raises:** `ValueError` if the table is not 7 numeric columns, or if the
+    scales are neither in a sidecar nor given; `FileNotFoundError` if the table
+    does not exist.
+    """
+    import jax.numpy as jnp
+
+    from ..state import InitialConditions, ParticleState
+    from ..units import henon_units
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    try:
+        table = np.loadtxt(path, dtype=np.float64, comments="#", ndmin=2)
+    except ValueError as err:
+        raise ValueError(f"{str(path)!r} is not a numeric NBODY6 table ({err})") from None
+    if table.shape[1] != 7:
+        raise ValueError(
+            f"{str(path)!r}: expected 7 columns (mass x y z vx vy vz), found {table.shape[1]}"
+        )
+    meta: dict = {}
+    side = sidecar_path(path)
+    if side.is_file():
+        meta = json.loads(side.read_text())
+        if meta.get("format") != FORMAT_TAG:
+            raise ValueError(f"{str(side)!r} is not a progenax nbody6 sidecar (format {meta.get('format')!r})")
+    if length_pc is None:
+        length_pc = meta.get("length_pc")
+    if mass_msun is None:
+        mass_msun = meta.get("mass_msun")
+    if length_pc is None or mass_msun is None:
+        raise ValueError(
+            f"the physical scales of {str(path)!r} are unknown: no sidecar {str(side)!r}; "
+            "pass length_pc= and mass_msun= (the virial radius in pc and the total mass in Msun)"
+        )
+    units = henon_units(jnp.asarray(float(mass_msun)), jnp.asarray(float(length_pc)))
+    if "velocity_kms" in meta and meta.get("length_pc") == length_pc and meta.get("mass_msun") == mass_msun:
+        # Keep the velocity unit exactly as written (sqrt may differ in the last bit).
+        units = type(units)("henon", units.length_pc, units.mass_msun, jnp.asarray(float(meta["velocity_kms"])))
+    if model is None:
+        model = str(meta.get("model", "nbody6"))
+    state = ParticleState(
+        positions=jnp.asarray(table[:, 1:4]),
+        velocities=jnp.asarray(table[:, 4:7]),
+        masses=jnp.asarray(table[:, 0]),
+    )
+    return InitialConditions(state, jnp.ones(table.shape[0], dtype=state.masses.dtype), model, {}, units)
