@@ -7,6 +7,8 @@ from . import io as io
 from . import sampling as sampling
 from .builders import eff_builder as eff_builder
 from .builders import plummer_builder as plummer_builder
+from .profiles.king import KingProfile as KingProfile
+from .profiles.king import solve_king_profile as solve_king_profile
 from .state import InitialConditions as InitialConditions
 from .state import ParticleState as ParticleState
 from .units import G_PHYSICAL as G_PHYSICAL
@@ -20,6 +22,9 @@ __all__ = [
     # builders
     "eff_builder",
     "plummer_builder",
+    # profiles
+    "KingProfile",
+    "solve_king_profile",
     # containers
     "InitialConditions",
     "ParticleState",
