@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._paths import writable_path
+
 COLUMNS = ("x_pc", "y_pc", "z_pc", "vx_kms", "vy_kms", "vz_kms", "mass_msun", "weight")
 HEADER = ",".join(COLUMNS)
 _FMT = "%.17g"
@@ -34,9 +36,7 @@ def write_csv(ic, path: str | os.PathLike) -> Path:
 
     Returns the path; raises `FileNotFoundError` if its directory is missing.
     """
-    path = Path(path)
-    if not path.parent.exists():
-        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    path = writable_path(path)
     phys = ic.to_physical()
     s = phys.state
     table = np.column_stack(

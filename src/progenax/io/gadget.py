@@ -70,6 +70,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._paths import writable_path
+
 U_L_CGS = 3.0856775814913673e18
 """One parsec in cm."""
 U_M_CGS = 1.98841e33
@@ -135,9 +137,7 @@ def write_gadget(
     box = float(box_size)
     if not box >= 0.0:
         raise ValueError(f"box_size must be >= 0 (0: open boundaries), got {box_size!r}")
-    path = Path(path)
-    if not path.parent.exists():
-        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    path = writable_path(path)
     check_unit_weights(ic, "gadget")
     phys = ic.to_physical()
     s = phys.state

@@ -63,6 +63,8 @@ from typing import Any
 
 import numpy as np
 
+from ._paths import writable_path
+
 SCHEMA = "progenax-ic"
 SCHEMA_VERSION = 1
 HDF5_EXTENSIONS = (".h5", ".hdf5")
@@ -178,8 +180,7 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
         from .csv import write_csv
 
         return write_csv(ic, path)
-    if not path.parent.exists():
-        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    writable_path(path)
     arrays, attrs, params = _content(ic)
     if fmt == "hdf5":
         _write_hdf5(path, arrays, attrs, params)

@@ -58,6 +58,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._paths import writable_path
+
 SIDECAR_SUFFIX = ".units.json"
 FORMAT_TAG = "progenax-nbody6"
 _FMT = "%.17g"
@@ -86,9 +88,7 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
     from .. import __version__
     from .gadget import check_unit_weights
 
-    path = Path(path)
-    if not path.parent.exists():
-        raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist (writing {str(path)!r})")
+    path = writable_path(path)
     check_unit_weights(ic, "nbody6")
     h = ic.to_henon()
     s = h.state
