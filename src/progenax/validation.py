@@ -112,9 +112,3 @@ class ParameterChecks:
             return output
         preds = jnp.stack(self._preds)
         return eqx.branched_error_if(output, jnp.any(preds), jnp.argmax(preds), self._messages)
-
-
-def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
