@@ -1,30 +1,37 @@
-r"""Cell list with contiguous neighbour rows and an exact, data-sized slot loop.
+r"""Cell list with contiguous neighbour runs and an exact, data-sized slot loop.
 
-Particles are binned into cells of side at least `reach / cells_per_reach` and
-sorted by cell id (x fastest), so every cell, and every run of adjacent cells
-along x, is one contiguous range of the sorted arrays. A particle's candidates
-are the cells within `cells_per_reach` cells of its own along every axis: in 2D
-$2k+1$ runs of $2k+1$ cells (one per row), in 3D $(2k+1)^2$ runs. With
-periodic wrap-around a run may split in two. The runs of one particle are laid
-end to end as one virtual list of `total[i]` candidates, and slot $s$ of that
-list maps to the sorted index
+Particles are binned into cells and sorted by cell id (x fastest), so every
+cell, and every run of adjacent cells along x, is one contiguous range of the
+sorted arrays. Cells have side at least `reach / cells_per_reach` along y and z
+(k) and finer, `reach / x_cells_per_reach`, along x. A particle reads the
+$(2k+1)^{d-1}$ rows of cells within k cells of its own along y and z, and in
+each row only the run of cells the ball of radius `reach` about it touches
+($x \pm \sqrt{\mathrm{reach}^2 - \mathrm{gap}^2}$, gap being the distance to
+the row): the fine x cells trim the run close to the ball itself.
 
-$$ j(s) = s + \sum_k [s \ge c_k]\,\Delta_k, $$
+For periodic boxes every row is stored twice end to end (a candidate index
+space of 2N entries), so a run that wraps around the box in x is still one
+contiguous range and each particle has exactly one run per row.
 
-with $c_k$ the start of run $k$ in the virtual list and $\Delta_k$ the jump in
-offset between runs $k-1$ and $k$ (a sum of compares: no per-slot gather).
+The runs of one particle are laid end to end as a virtual list of
+`total_i` candidates; slot $s$ of it maps to candidate index
+
+$$ j(s) = s + \sum_r [s \ge c_r]\,\Delta_r, $$
+
+with $c_r$ the start of run $r$ in the virtual list and $\Delta_r$ the jump in
+offset between runs $r-1$ and $r$ (compares, no gather).
 
 **No neighbour is ever dropped.** `fold_candidates` walks the slots in chunks
-of `chunk` with a `lax.while_loop` whose trip count is
-$\lceil \max_i \mathrm{total}_i / \mathrm{chunk} \rceil$, computed in-graph from
-the data: there is no capacity to overflow, inside `jit`, `scan` or `vmap`
-alike. Padding is only the difference between each particle's candidate count
-and the largest one, rounded up to a chunk. The loop body is a fixed-shape
-(N, chunk) computation, reverse-differentiated by hand in `density.py`.
+with a `lax.while_loop` whose trip count, $\lceil \max_i \mathrm{total}_i /
+\mathrm{chunk}\rceil$, is computed in-graph from the data: there is no capacity
+to overflow, inside `jit`, `scan` or `vmap` alike. Padding is the difference
+between each particle's candidate count and the largest one, rounded up to a
+chunk. The loop body is a fixed-shape (N, chunk) computation, differentiated
+by hand in `density.py`.
 
-The number of cells is bounded statically (`max_cells`, default 2N), so memory is
-O(N) whatever the data: if the data spread too far for cells of the ideal size,
-cells grow (more candidates per particle, still exact).
+The number of cells is bounded statically (`max_cells`, default 4N), so memory
+is O(N) whatever the data: if the data spread too far for cells of the ideal
+size, cells grow (more candidates per particle, still exact).
 """
 
 from __future__ import annotations
@@ -45,19 +52,27 @@ _CELL_SAFETY = 1.0 + 1e-9
 
 
 class CellList(eqx.Module):
-    """Particles sorted by cell and each one's candidate runs (all in sorted order).
+    """Particles sorted by cell, with each one's candidate runs.
 
     - `order`: sorted slot -> original particle index, (N,).
     - `positions`: sorted positions, (d, N) (one row per axis).
-    - `run_begin`: first sorted index of each candidate run, (N, S).
-    - `run_length`: number of particles in each run, (N, S) (0 for an unused run).
+    - `source`: candidate index -> sorted index, (2N,) for periodic boxes (every
+      row stored twice), None for open boundaries (the identity).
+    - `self_index`: each particle's own candidate index, (N,).
+    - `run_begin`, `run_length`: first candidate index and length of each run,
+      (N, S) with S = (2k+1)^(d-1) (length 0 for an unused run).
+    - `by_workload`: sorted indices ordered by candidate count (ties in sorted
+      order), so that particles with similar work share a loop.
     - `box`: periodic box lengths (d,), or None for open boundaries.
     """
 
     order: Array
     positions: Array
+    source: Array | None
+    self_index: Array
     run_begin: Array
     run_length: Array
+    by_workload: Array
     box: Array | None
 
     @property
@@ -68,26 +83,36 @@ class CellList(eqx.Module):
     def dim(self) -> int:
         return self.positions.shape[0]
 
-    def separation(self, x_i: Array, j: Array) -> list[Array]:
-        """Components of x_i - x_j (minimum image if periodic), each shaped like j."""
+    def candidates(self, sorted_values: Array) -> Array:
+        """Per-particle values (..., N) in sorted order, laid out in candidate
+        index space so that `fold_candidates`' `j` can index them."""
+        return sorted_values if self.source is None else sorted_values[..., self.source]
+
+    def separation(self, x_i: Array, x_candidates: Array, j: Array) -> list[Array]:
+        """Components of x_i - x_j (minimum image if periodic).
+
+        `x_i` is (d, N, 1) and `x_candidates` is `candidates(positions)`."""
         out = []
         for axis in range(self.dim):
-            dx = x_i[axis] - self.positions[axis][j]
+            dx = x_i[axis] - x_candidates[axis][j]
             if self.box is not None:
                 length = self.box[axis]
-                dx = dx - length * jnp.round(dx / length)
+                dx = dx - length * jnp.floor(dx / length + 0.5)
             out.append(dx)
         return out
 
 
-def _static_cells_per_axis(n: int, dim: int, max_cells: int | None) -> int:
-    budget = max(2 * n, 1) if max_cells is None else int(max_cells)
-    return max(int(np.floor(budget ** (1.0 / dim) + 1e-9)), 1)
+def _static_cells_per_axis(n: int, dim: int, k: int, kx: int, max_cells: int | None) -> tuple[int, ...]:
+    """Upper bounds on the cells per axis, with about kx/k times more along x."""
+    budget = max(4 * n, 1) if max_cells is None else int(max_cells)
+    rest = max(int(np.floor((budget * k / kx) ** (1.0 / dim) + 1e-9)), 1)
+    along_x = max(budget // rest ** (dim - 1), 1)
+    return (along_x,) + (rest,) * (dim - 1)
 
 
-def _grid(positions: Array, reach: Array, box: Array | None, k: int, n_max: int):
+def _grid(positions: Array, reach: Array, box: Array | None, per_reach: Array, n_max: Array):
     """Cell side per axis, cells per axis (traced ints) and the lower corner."""
-    ideal = reach / k * _CELL_SAFETY
+    ideal = reach / per_reach * _CELL_SAFETY
     if box is not None:
         counts = jnp.clip(jnp.floor(box / ideal), 1, n_max).astype(jnp.int32)
         return box / counts, counts, jnp.zeros_like(box)
@@ -98,60 +123,26 @@ def _grid(positions: Array, reach: Array, box: Array | None, k: int, n_max: int)
     return side, counts, lo
 
 
-def _cell_coordinates(positions: Array, side: Array, counts: Array, lo: Array, periodic: bool) -> Array:
-    raw = jnp.floor((positions - lo) / side).astype(jnp.int32)
-    return jnp.mod(raw, counts) if periodic else jnp.clip(raw, 0, counts - 1)
-
-
 def _row_offsets(dim: int, k: int) -> list[tuple[int, ...]]:
     """Offsets along axes 1..d-1 of the rows a particle reads."""
     return list(itertools.product(range(-k, k + 1), repeat=dim - 1))
 
 
-def _offset_is_distinct(offset: Array, count: Array, k: int) -> Array:
+def _offset_is_distinct(offset: int, count: Array, k: int) -> Array:
     """Whether a row offset names a row not already read (periodic grids with
     fewer than 2k + 1 cells along an axis would otherwise read a row twice)."""
     full = count >= 2 * k + 1
     return full | ((offset >= -((count - 1) // 2)) & (offset <= count // 2))
 
 
-def build_cell_list(
-    positions: Array,
-    reach: Array,
-    *,
-    box: Array | None = None,
-    cells_per_reach: int = 2,
-    max_cells: int | None = None,
-) -> CellList:
-    """Sort `positions` (N, d) into cells and list every particle's candidate runs.
-
-    Every pair closer than `reach` (a traced scalar: the largest kernel support)
-    appears among the candidates, in both directions. `box` is None (open) or the
-    periodic lengths (d,). Static knobs: `cells_per_reach` (k: cells of side
-    ≥ reach/k, reading ±k cells) and `max_cells` (bound on the number of cells).
-    """
-    n, dim = positions.shape
-    k = int(cells_per_reach)
-    n_max = _static_cells_per_axis(n, dim, max_cells)
-    periodic = box is not None
-    side, counts, lo = _grid(positions, reach, box, k, n_max)
-    coords = _cell_coordinates(positions, side, counts, lo, periodic)
-    strides = jnp.concatenate([jnp.ones(1, jnp.int32), jnp.cumprod(counts)[:-1]])
-    cell = jnp.sum(coords * strides, axis=1)
-
-    n_cells = n_max**dim
-    sorted_cell, order = _sort_by_cell(cell, n_cells)
-    sorted_positions = positions[order].T
-    sorted_coords = coords[order]
-    # Fraction of its cell each particle sits at, along each axis, in [0, 1].
-    wrapped = sorted_positions.T if box is None else jnp.mod(sorted_positions.T, box)
-    frac = jnp.clip((wrapped - lo) / side - sorted_coords, 0.0, 1.0)
-    # cell_start[c] = number of particles in cells < c.
-    per_cell = jnp.zeros(n_cells + 1, jnp.int32).at[sorted_cell + 1].add(1, indices_are_sorted=True)
-    cell_start = jnp.cumsum(per_cell, dtype=jnp.int32)
-
-    begin, length = _candidate_runs(sorted_coords, frac, side, reach, counts, strides, cell_start, k, periodic)
-    return CellList(order, sorted_positions, begin, length, box)
+def _gap_to_row(offset: int, frac: Array, side: Array) -> Array:
+    """Distance from a particle at fraction `frac` of its cell to the band of
+    cells `offset` rows away along one axis."""
+    if offset > 0:
+        return (offset - frac) * side
+    if offset < 0:
+        return (-offset - 1 + frac) * side
+    return jnp.zeros_like(frac)
 
 
 def _sort_by_cell(cell: Array, n_cells: int) -> tuple[Array, Array]:
@@ -173,68 +164,143 @@ def _sort_by_cell(cell: Array, n_cells: int) -> tuple[Array, Array]:
     return jax.lax.sort((cell, index), num_keys=1)
 
 
-def _candidate_runs(coords, frac, side, reach, counts, strides, cell_start, k, periodic):
-    """Sorted-index start and length of each run of candidate cells, (N, S).
+def build_cell_list(
+    positions: Array,
+    reach: Array,
+    *,
+    box: Array | None = None,
+    cells_per_reach: int = 1,
+    x_cells_per_reach: int = 4,
+    max_cells: int | None = None,
+    chunk: int = 16,
+) -> CellList:
+    """Sort `positions` (N, d) into cells and list every particle's candidate runs.
 
-    Rows (offsets along axes 1..d-1) farther than `reach` from the particle are
-    empty, and each row's run along x covers only the cells that the disc (or
-    sphere) of radius `reach` about the particle reaches in that row:
-    x ± sqrt(reach² - gap²), with gap the distance to the row band.
+    Every pair closer than `reach` (a traced scalar: the largest kernel
+    support) is among the candidates, in both directions. `box` is None (open)
+    or the periodic lengths (d,). Static knobs: `cells_per_reach` (k: cells of
+    side ≥ reach/k along y, z, reading ±k rows), `x_cells_per_reach` (finer x
+    cells trim each row's run) and `max_cells` (bound on the number of cells).
+    """
+    n, dim = positions.shape
+    k, kx = int(cells_per_reach), int(x_cells_per_reach)
+    n_max = _static_cells_per_axis(n, dim, k, kx, max_cells)
+    per_reach = jnp.asarray((kx,) + (k,) * (dim - 1), positions.dtype)
+    periodic = box is not None
+    side, counts, lo = _grid(positions, reach, box, per_reach, jnp.asarray(n_max))
+    raw = jnp.floor((positions - lo) / side).astype(jnp.int32)
+    coords = jnp.mod(raw, counts) if periodic else jnp.clip(raw, 0, counts - 1)
+    strides = jnp.concatenate([jnp.ones(1, jnp.int32), jnp.cumprod(counts)[:-1]])
+    cell = jnp.sum(coords * strides, axis=1)
+
+    n_cells = int(np.prod(n_max))
+    sorted_cell, order = _sort_by_cell(cell, n_cells)
+    sorted_positions = positions[order].T
+    sorted_coords = coords[order]
+    # Fraction of its cell each particle sits at, along each axis, in [0, 1].
+    wrapped = sorted_positions.T if box is None else jnp.mod(sorted_positions.T, box)
+    frac = jnp.clip((wrapped - lo) / side - sorted_coords, 0.0, 1.0)
+    # cell_start[c] = number of particles in cells < c.
+    per_cell = jnp.zeros(n_cells + 1, jnp.int32).at[sorted_cell + 1].add(1, indices_are_sorted=True)
+    cell_start = jnp.cumsum(per_cell, dtype=jnp.int32)
+
+    rows = _RowIndex(cell_start, counts[0], periodic)
+    begin, length = _candidate_runs(sorted_coords, frac, side, reach, counts, strides, rows, k)
+    own_row = sorted_cell // counts[0]
+    sorted_index = jnp.arange(n, dtype=jnp.int32)
+    self_index = rows.start(own_row) + sorted_index if periodic else sorted_index
+    source = None
+    if periodic:
+        # Row r of the doubled layout holds its particles twice: at
+        # R_r + i (first copy) and R_r + len_r + i (second copy).
+        second = self_index + rows.length(own_row)
+        source = jnp.zeros(2 * n, jnp.int32).at[self_index].set(sorted_index, unique_indices=True)
+        source = source.at[second].set(sorted_index, unique_indices=True)
+    # Group by loop steps needed (at most 2N / chunk + 1: the doubled periodic
+    # layout); within a group the cell order, and so memory locality, is kept.
+    steps = -(-jnp.sum(length, axis=1) // chunk)
+    _, by_workload = _sort_by_cell(steps, 2 * n // chunk + 2)
+    return CellList(order, sorted_positions, source, self_index, begin, length, by_workload, box)
+
+
+class _RowIndex:
+    """Candidate indices of cells within rows of the grid.
+
+    Open boundaries: cell (row r, column c) starts at cell_start[r nx + c].
+    Periodic: each row is doubled; column c in [0, 2 nx] of row r starts at
+    R_r + cell_start[r nx + c] for c <= nx and at R_r + len_r +
+    cell_start[r nx + c - nx] beyond, with R_r the row's first sorted index
+    and len_r its number of particles.
+    """
+
+    def __init__(self, cell_start: Array, nx: Array, periodic: bool):
+        self.cell_start, self.nx, self.periodic = cell_start, nx, periodic
+
+    def start(self, row: Array) -> Array:
+        return self.cell_start[row * self.nx]
+
+    def length(self, row: Array) -> Array:
+        return self.cell_start[(row + 1) * self.nx] - self.start(row)
+
+    def span(self, row: Array, first: Array, last: Array) -> tuple[Array, Array]:
+        """Candidate index range [begin, end) of columns first..last of a row."""
+        base = row * self.nx
+        if not self.periodic:
+            return self.cell_start[base + first], self.cell_start[base + last + 1]
+        row_start = self.cell_start[base]
+        row_length = self.cell_start[base + self.nx] - row_start
+
+        def column_start(column):
+            first_copy = column <= self.nx
+            within = self.cell_start[base + jnp.where(first_copy, column, column - self.nx)]
+            return row_start + within + jnp.where(first_copy, 0, row_length)
+
+        return column_start(first), column_start(last + 1)
+
+
+def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex, k):
+    """First candidate index and length of each particle's run in each row, (N, S).
+
+    Rows farther than `reach` from the particle are empty, and each row's run
+    covers only the cells that the ball of radius `reach` about the particle
+    reaches in that row: x ± sqrt(reach² - gap²), gap being the distance to the
+    row band along y and z.
     """
     n, dim = coords.shape
     cx, nx = coords[:, 0], counts[0]
-    runs_begin, runs_length = [], []
+    begins, lengths = [], []
     for offsets in _row_offsets(dim, k):
-        base = jnp.zeros(n, jnp.int32)
+        row = jnp.zeros(n, jnp.int32)
         valid = jnp.ones(n, bool)
         gap2 = jnp.zeros(n, side.dtype)
         for axis, off in enumerate(offsets, start=1):
-            row = coords[:, axis] + off
-            if periodic:
-                distinct = _offset_is_distinct(jnp.int32(off), counts[axis], k)
-                valid &= distinct
-                row = jnp.mod(row, counts[axis])
+            r = coords[:, axis] + off
+            if rows.periodic:
+                valid &= _offset_is_distinct(off, counts[axis], k)
+                r = jnp.mod(r, counts[axis])
                 # On a grid too small to tell images apart, do not trim.
                 trim = counts[axis] >= 2 * k + 1
             else:
-                valid &= (row >= 0) & (row < counts[axis])
+                valid &= (r >= 0) & (r < counts[axis])
                 trim = True
             gap = _gap_to_row(off, frac[:, axis], side[axis])
             gap2 = gap2 + jnp.where(trim, gap * gap, 0.0)
-            base = base + jnp.clip(row, 0, counts[axis] - 1) * strides[axis]
-        half_width = jnp.sqrt(jnp.maximum(reach * reach - gap2, 0.0)) / side[0]
+            row = row + jnp.clip(r, 0, counts[axis] - 1) * (strides[axis] // nx)
         valid &= gap2 < reach * reach
+        half_width = jnp.sqrt(jnp.maximum(reach * reach - gap2, 0.0)) / side[0]
         lo = cx + jnp.floor(frac[:, 0] - half_width).astype(jnp.int32)
         hi = cx + jnp.floor(frac[:, 0] + half_width).astype(jnp.int32)
-        for first, last in _row_pieces(lo, hi, nx, periodic):
-            begin = cell_start[base + jnp.clip(first, 0, nx - 1)]
-            end = cell_start[base + jnp.clip(last, 0, nx - 1) + 1]
-            runs_begin.append(begin)
-            runs_length.append(jnp.where(valid & (last >= first), end - begin, 0))
-    return jnp.stack(runs_begin, axis=1), jnp.stack(runs_length, axis=1)
-
-
-def _gap_to_row(offset: int, frac: Array, side: Array) -> Array:
-    """Distance from a particle at fraction `frac` of its cell to the band of
-    cells `offset` rows away along one axis."""
-    if offset > 0:
-        return (offset - frac) * side
-    if offset < 0:
-        return (-offset - 1 + frac) * side
-    return jnp.zeros_like(frac)
-
-
-def _row_pieces(lo, hi, nx, periodic):
-    """The cells lo..hi of a row as one or two contiguous pieces [first, last]."""
-    if not periodic:
-        return [(jnp.maximum(lo, 0), jnp.minimum(hi, nx - 1))]
-    full_row = hi - lo + 1 >= nx
-    a_lo = jnp.where(full_row, 0, jnp.maximum(lo, 0))
-    a_hi = jnp.where(full_row, nx - 1, jnp.minimum(hi, nx - 1))
-    # The wrapped part: cells lo + nx .. nx - 1, or 0 .. hi - nx.
-    b_lo = jnp.where(lo < 0, lo + nx, 0)
-    b_hi = jnp.where(full_row, -1, jnp.where(lo < 0, nx - 1, hi - nx))
-    return [(a_lo, a_hi), (b_lo, b_hi)]
+        if rows.periodic:
+            width = hi - lo + 1
+            full_row = width >= nx
+            lo = jnp.where(full_row, 0, jnp.where(lo < 0, lo + nx, lo))
+            hi = jnp.where(full_row, nx - 1, lo + width - 1)
+        else:
+            lo, hi = jnp.maximum(lo, 0), jnp.minimum(hi, nx - 1)
+        begin, end = rows.span(row, lo, hi)
+        begins.append(begin)
+        lengths.append(jnp.where(valid, end - begin, 0))
+    return jnp.stack(begins, axis=1), jnp.stack(lengths, axis=1)
 
 
 def candidate_counts(cells: CellList) -> Array:
@@ -242,44 +308,81 @@ def candidate_counts(cells: CellList) -> Array:
     return jnp.sum(cells.run_length, axis=1)
 
 
-def slots_per_particle(cells: CellList, chunk: int) -> Array:
-    """Pair slots `fold_candidates` evaluates per particle (padding included)."""
-    return -(-jnp.max(candidate_counts(cells)) // chunk) * chunk
+def slots_per_particle(cells: CellList, chunk: int, groups: int = 8) -> Array:
+    """Mean pair slots `fold_candidates` evaluates per particle (padding included)."""
+    n = cells.size
+    groups = max(1, min(int(groups), n))
+    counts = candidate_counts(cells)[cells.by_workload]
+    size = -(-n // groups)
+    bounds = [min(g * size, n) for g in range(groups + 1)]
+    slots = [(hi - lo) * (-(-jnp.max(counts[lo:hi]) // chunk) * chunk) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return sum(slots) / n
 
 
 def fold_candidates(
     cells: CellList,
-    pair_terms: Callable[[Array, Array], tuple[Array, ...]],
-    init: tuple[Array, ...],
+    pair_terms: Callable[[Array, Array, Array], tuple[Array, ...]],
+    n_terms: int,
+    dtype,
     *,
     chunk: int = 16,
+    groups: int = 8,
 ) -> tuple[Array, ...]:
-    """Sum `pair_terms(j, valid)` over every particle's candidates.
+    """Per-particle sums of `pair_terms` over every particle's candidates.
 
-    `pair_terms` gets the sorted neighbour indices `j` (N, chunk) and a mask
-    `valid` (N, chunk) (padded slots point at the particle itself) and returns
-    per-particle partial sums shaped like `init`. The loop runs
-    ceil(max_i total_i / chunk) times, decided from the data in-graph.
+    `pair_terms(i, j, valid)` gets the sorted indices `i` (M, 1) of a group of
+    particles, their candidate indices `j` (M, chunk) (for arrays made with
+    `cells.candidates`) and a mask `valid` (M, chunk) (padded slots point at
+    the particle itself), and returns `n_terms` partial sums, each (M,).
+
+    Particles are split into `groups` equal groups by candidate count
+    (`cells.by_workload`), and each group loops ceil(max count in group /
+    chunk) times, decided from the data in-graph: a few crowded particles do
+    not make every particle pay for their padding. Returns `n_terms` arrays
+    (N,) in sorted order.
     """
     n = cells.size
-    self_index = jnp.arange(n, dtype=jnp.int32)[:, None]
+    groups = max(1, min(int(groups), n))
+    size = -(-n // groups)
     lanes = jnp.arange(chunk, dtype=jnp.int32)[None, :]
     ends = jnp.cumsum(cells.run_length, axis=1)
-    total = ends[:, -1]
+    # Candidate index = slot + offset inside a run; offsets as jumps at run starts.
     run_start = ends - cells.run_length
-    offset = cells.run_begin - run_start  # sorted index = slot + offset inside a run
+    offset = cells.run_begin - run_start
     jump = jnp.diff(offset, axis=1, prepend=jnp.zeros_like(offset[:, :1]))
-    run_start, jump = run_start.T[:, :, None], jump.T[:, :, None]  # (S, N, 1)
+    # Equal groups, the last padded with copies of particle 0 whose sums are
+    # dropped (scattered to index n, out of range).
+    pad = groups * size - n
+    members = jnp.concatenate([cells.by_workload, jnp.zeros(pad, jnp.int32)])
+    targets = jnp.concatenate([cells.by_workload, jnp.full(pad, n, jnp.int32)])
+
+    def one_group(g, outputs):
+        i = jax.lax.dynamic_slice(members, (g * size,), (size,))
+        sums = _fold_group(i, ends[i, -1], run_start[i].T[:, :, None], jump[i].T[:, :, None],
+                           cells.self_index[i], pair_terms, n_terms, dtype, chunk, lanes)
+        target = jax.lax.dynamic_slice(targets, (g * size,), (size,))
+        return tuple(o.at[target].set(v, mode="drop") for o, v in zip(outputs, sums))
+
+    # A loop over groups (not a Python loop) keeps one copy of the pair code
+    # in the compiled program.
+    outputs = tuple(jnp.zeros(n, dtype) for _ in range(n_terms))
+    return jax.lax.fori_loop(0, groups, one_group, outputs)
+
+
+def _fold_group(i, total, run_start, jump, self_index, pair_terms, n_terms, dtype, chunk, lanes):
+    """The slot loop for one group of particles (see `fold_candidates`)."""
     n_steps = (jnp.max(total) + chunk - 1) // chunk
+    rows = i[:, None]
 
     def body(state):
         c, acc = state
         slot = c * chunk + lanes  # (1, chunk)
         j = slot + jnp.sum(jnp.where(slot[None] >= run_start, jump, 0), axis=0)
         valid = slot < total[:, None]
-        j = jnp.where(valid, j, self_index)
-        terms = pair_terms(j, valid)
+        j = jnp.where(valid, j, self_index[:, None])
+        terms = pair_terms(rows, j, valid)
         return c + 1, tuple(a + t for a, t in zip(acc, terms))
 
-    _, out = jax.lax.while_loop(lambda s: s[0] < n_steps, body, (jnp.int32(0), tuple(init)))
+    init = tuple(jnp.zeros(i.shape[0], dtype) for _ in range(n_terms))
+    _, out = jax.lax.while_loop(lambda s: s[0] < n_steps, body, (jnp.int32(0), init))
     return out

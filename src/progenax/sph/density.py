@@ -40,10 +40,11 @@ from .kernels import SUPPORT, get_kernel
 
 BACKENDS = ("cells", "brute", "jax_md")
 DEFAULT_CHUNK = 16
-# Cells of side reach / k: k = 2 halves the candidate area per particle in 2D
-# (6.25 against 9 reach^2) for 5 rows instead of 3; in 3D the 25 rows of k = 2
-# cost more than the volume they save (measured in benchmarks/sph.py).
-DEFAULT_CELLS_PER_REACH = {1: 2, 2: 2, 3: 1}
+DEFAULT_GROUPS = 8
+# Cells of side reach / k along y and z and reach / kx along x (see cells.py);
+# chosen by measurement in benchmarks/sph.py.
+DEFAULT_CELLS_PER_REACH = {1: 1, 2: 2, 3: 1}
+DEFAULT_X_CELLS_PER_REACH = {1: 4, 2: 4, 3: 4}
 
 
 # -- argument handling --------------------------------------------------------
@@ -58,16 +59,19 @@ def _prepare(positions, masses, h, box, kernel, backend):
     kern = get_kernel(kernel)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    masses = _per_particle("masses", masses, n, dtype)
+    m_uniform = jnp.ndim(masses) == 0
+    masses = jnp.asarray(masses, dtype) if m_uniform else _per_particle("masses", masses, n, dtype)
     h_uniform = jnp.ndim(h) == 0
     h = jnp.asarray(h, dtype)
     if not h_uniform:
         h = _per_particle("h", h, n, dtype)
+    if not isinstance(h, jax.core.Tracer) and not bool(jnp.all(h > 0)):
+        raise ValueError("h must be positive")
     if box is not None:
-        box = jnp.broadcast_to(jnp.asarray(box, dtype), (dim,))
-        if box.ndim != 1:
+        if jnp.ndim(box) not in (0, 1) or jnp.size(box) not in (1, dim):
             raise ValueError(f"box must be a scalar or one length per axis ({dim}), got shape {jnp.shape(box)}")
-    return positions, masses, h, h_uniform, box, kern
+        box = jnp.broadcast_to(jnp.asarray(box, dtype), (dim,))
+    return positions, masses, m_uniform, h, h_uniform, box, kern
 
 
 def _per_particle(name, value, n, dtype):
@@ -81,30 +85,39 @@ def _per_particle(name, value, n, dtype):
 
 # -- the cell-list backend with its hand-written reverse pass ------------------
 @functools.lru_cache(maxsize=None)
-def _cells_density_fn(kernel_name: str, h_uniform: bool, cells_per_reach: int, chunk: int):
-    """ρ(positions, masses, h, box) for one static configuration, with a custom VJP."""
+def _cells_density_fn(kernel_name: str, m_uniform: bool, h_uniform: bool, k: int, kx: int, chunk: int, groups: int):
+    """ρ(positions, masses, h, box) for one static configuration, with a custom VJP.
+
+    `m_uniform` / `h_uniform`: masses / h are scalars shared by all particles
+    (no per-pair gather, one kernel evaluation per pair in the reverse pass).
+    """
     kernel = get_kernel(kernel_name)
 
-    def cell_list(positions, h, box):
-        reach = SUPPORT * (h if h_uniform else jnp.max(h))
-        return build_cell_list(jax.lax.stop_gradient(positions), jax.lax.stop_gradient(reach),
-                               box=box, cells_per_reach=cells_per_reach)
-
-    def sorted_h(h, cells):
-        return h if h_uniform else h[cells.order]
+    def per_particle(values, uniform, cells):
+        """(sorted values, their candidate-space copy) or the scalar twice."""
+        if uniform:
+            return values, values
+        sorted_values = values[cells.order]
+        return sorted_values, cells.candidates(sorted_values)
 
     def forward(positions, masses, h, box):
-        cells = cell_list(positions, h, box)
+        reach = SUPPORT * (h if h_uniform else jnp.max(h))
+        cells = build_cell_list(
+            jax.lax.stop_gradient(positions), jax.lax.stop_gradient(reach),
+            box=box, cells_per_reach=k, x_cells_per_reach=kx, chunk=chunk,
+        )
         dim = cells.dim
-        m_s, h_s = masses[cells.order], sorted_h(h, cells)
-        x_i = cells.positions[:, :, None]
-        h_i = h_s if h_uniform else h_s[:, None]
+        _, m_c = per_particle(masses, m_uniform, cells)
+        h_s, _ = per_particle(h, h_uniform, cells)
+        x_c = cells.candidates(cells.positions)
 
-        def terms(j, valid):
-            r = _distance(cells.separation(x_i, j))
-            return (jnp.sum(jnp.where(valid, m_s[j] * kernel.value(r, h_i, dim), 0.0), axis=1),)
+        def terms(i, j, valid):
+            r = _distance(cells.separation(cells.positions[:, i], x_c, j))
+            m_j = m_c if m_uniform else m_c[j]
+            h_i = h_s if h_uniform else h_s[i]
+            return (jnp.sum(jnp.where(valid, m_j * kernel.value(r, h_i, dim), 0.0), axis=1),)
 
-        (rho_s,) = fold_candidates(cells, terms, (jnp.zeros_like(m_s),), chunk=chunk)
+        (rho_s,) = fold_candidates(cells, terms, 1, positions.dtype, chunk=chunk, groups=groups)
         return _unsort(rho_s, cells), cells
 
     @jax.custom_vjp
@@ -116,47 +129,53 @@ def _cells_density_fn(kernel_name: str, h_uniform: bool, cells_per_reach: int, c
         # (() for yes, None for no) so the reverse pass can skip the others.
         want = tuple(() if p.perturbed else None for p in (positions, masses, h))
         rho, cells = forward(positions.value, masses.value, h.value, None if box is None else box.value)
-        masses_s = masses.value[cells.order]
-        residuals = (cells, masses_s, sorted_h(h.value, cells), want)
-        return rho, residuals
+        return rho, (cells, masses.value, h.value, want)
 
     def density_bwd(residuals, rho_bar):
-        cells, m_s, h_s, want = residuals
+        cells, masses, h, want = residuals
         want_x, want_m, want_h = (w is not None for w in want)
         dim = cells.dim
         g_s = rho_bar[cells.order]
-        x_i = cells.positions[:, :, None]
-        g_i, m_i = g_s[:, None], m_s[:, None]
-        h_i = h_s if h_uniform else h_s[:, None]
+        g_c = cells.candidates(g_s)
+        m_s, m_c = per_particle(masses, m_uniform, cells)
+        h_s, h_c = per_particle(h, h_uniform, cells)
+        x_c = cells.candidates(cells.positions)
 
-        def terms(j, valid):
-            dx = cells.separation(x_i, j)
+        def terms(i, j, valid):
+            g_i = g_s[i]
+            m_i = m_s if m_uniform else m_s[i]
+            h_i = h_s if h_uniform else h_s[i]
+            dx = cells.separation(cells.positions[:, i], x_c, j)
             r = _distance(dx)
-            g_j, m_j = g_s[j], m_s[j]
+            g_j = g_c[j]
+            m_j = m_c if m_uniform else m_c[j]
+            h_j = h_c if h_uniform else h_c[j]
             out = []
             if want_x:
                 f_i = kernel.gradient_factor(r, h_i, dim)
                 if h_uniform:
                     coef = (g_i * m_j + g_j * m_i) * f_i
                 else:
-                    coef = g_i * m_j * f_i + g_j * m_i * kernel.gradient_factor(r, h_s[j], dim)
+                    coef = g_i * m_j * f_i + g_j * m_i * kernel.gradient_factor(r, h_j, dim)
                 coef = jnp.where(valid, coef, 0.0)
                 out += [jnp.sum(coef * d, axis=1) for d in dx]
             if want_m:
-                w_j = kernel.value(r, h_i if h_uniform else h_s[j], dim)
+                w_j = kernel.value(r, h_j, dim)
                 out.append(jnp.sum(jnp.where(valid, g_j * w_j, 0.0), axis=1))
             if want_h:
-                out.append(g_s * jnp.sum(jnp.where(valid, m_j * kernel.h_derivative(r, h_i, dim), 0.0), axis=1))
+                dw = jnp.where(valid, m_j * kernel.h_derivative(r, h_i, dim), 0.0)
+                out.append(g_i[:, 0] * jnp.sum(dw, axis=1))
             return tuple(out)
 
         n_out = dim * want_x + want_m + want_h
-        sums = list(fold_candidates(cells, terms, (jnp.zeros_like(g_s),) * n_out, chunk=chunk))
+        sums = list(fold_candidates(cells, terms, n_out, g_s.dtype, chunk=chunk, groups=groups))
         x_bar = m_bar = h_bar = None
         if want_x:
             x_bar = _unsort(jnp.stack(sums[:dim], axis=1), cells)
             sums = sums[dim:]
         if want_m:
-            m_bar = _unsort(sums.pop(0), cells)
+            m_sorted_bar = sums.pop(0)
+            m_bar = jnp.sum(m_sorted_bar) if m_uniform else _unsort(m_sorted_bar, cells)
         if want_h:
             h_sorted_bar = sums.pop(0)
             h_bar = jnp.sum(h_sorted_bar) if h_uniform else _unsort(h_sorted_bar, cells)
@@ -206,17 +225,19 @@ def _jax_md_density(positions, masses, h, h_uniform, box, kern):
         from jax_md import partition, space
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("backend='jax_md' needs jax-md: pip install 'progenax[jaxmd]'") from err
-    if isinstance(positions, jax.core.Tracer) or isinstance(h, jax.core.Tracer):
-        raise ValueError("backend='jax_md' allocates its neighbour list from concrete data; call it outside jit")
     n, dim = positions.shape
-    reach = float(SUPPORT * jnp.max(h))
+    # Under jax.grad (not jit) the primal values are concrete; under jit not.
+    concrete_x, concrete_h = jax.lax.stop_gradient(positions), jax.lax.stop_gradient(h)
+    if isinstance(concrete_x, jax.core.Tracer) or isinstance(concrete_h, jax.core.Tracer):
+        raise ValueError("backend='jax_md' allocates its neighbour list from concrete data; call it outside jit")
+    reach = float(SUPPORT * jnp.max(concrete_h))
     if box is None:
-        lo = jnp.min(positions, axis=0)
-        shifted = positions - lo
+        lo = jnp.min(concrete_x, axis=0)
+        shifted = concrete_x - lo
         side = jnp.max(shifted, axis=0) * 1.001 + 3.0 * reach
         displacement, _ = space.free()
     else:
-        shifted, side = jnp.mod(positions, box), box
+        shifted, side = jnp.mod(concrete_x, box), box
         displacement, _ = space.periodic(box)
     neighbours = partition.neighbor_list(
         displacement, side, reach, dr_threshold=0.0, format=partition.Sparse
@@ -245,7 +266,9 @@ def density(
     kernel: str = "cubic",
     backend: str = "cells",
     cells_per_reach: int | None = None,
+    x_cells_per_reach: int | None = None,
     chunk: int = DEFAULT_CHUNK,
+    groups: int = DEFAULT_GROUPS,
 ) -> Array:
     r"""SPH density $\rho_i = \sum_j m_j W(|x_i - x_j|, h_i)$, self term included.
 
@@ -269,16 +292,21 @@ def density(
     rho = progenax.sph.density(x, 1.0, 0.5, box=100.0)
     ```
     """
-    positions, masses, h, h_uniform, box, kern = _prepare(positions, masses, h, box, kernel, backend)
+    positions, masses, m_uniform, h, h_uniform, box, kern = _prepare(positions, masses, h, box, kernel, backend)
+    if backend != "cells":
+        masses = jnp.broadcast_to(masses, positions.shape[:1])
     if backend == "brute":
         return _brute_density(positions, masses, h, h_uniform, box, kern)
     if backend == "jax_md":
         return _jax_md_density(positions, masses, h, h_uniform, box, kern)
     dim = positions.shape[1]
     k = DEFAULT_CELLS_PER_REACH[dim] if cells_per_reach is None else int(cells_per_reach)
-    if k < 1 or int(chunk) < 1:
-        raise ValueError(f"cells_per_reach and chunk must be positive integers, got {k} and {chunk}")
-    fn = _cells_density_fn(kern.name, h_uniform, k, int(chunk))
+    kx = DEFAULT_X_CELLS_PER_REACH[dim] if x_cells_per_reach is None else int(x_cells_per_reach)
+    if min(k, kx, int(chunk)) < 1:
+        raise ValueError(
+            f"cells_per_reach, x_cells_per_reach and chunk must be positive integers, got {k}, {kx}, {chunk}"
+        )
+    fn = _cells_density_fn(kern.name, m_uniform, h_uniform, k, kx, int(chunk), int(groups))
     return fn(positions, masses, h, box)
 
 
@@ -292,7 +320,9 @@ def density_loss(
     kernel: str = "cubic",
     backend: str = "cells",
     cells_per_reach: int | None = None,
+    x_cells_per_reach: int | None = None,
     chunk: int = DEFAULT_CHUNK,
+    groups: int = DEFAULT_GROUPS,
 ) -> Array:
     r"""$\mathcal{L} = \sum_i (\rho_i - \rho_{0,i})^2$ with $\rho$ from `density`.
 
@@ -305,6 +335,7 @@ def density_loss(
     """
     rho = density(
         positions, masses, h, box=box, kernel=kernel, backend=backend,
-        cells_per_reach=cells_per_reach, chunk=chunk,
+        cells_per_reach=cells_per_reach, x_cells_per_reach=x_cells_per_reach,
+        chunk=chunk, groups=groups,
     )
     return jnp.sum((rho - jnp.asarray(rho0, rho.dtype)) ** 2)

@@ -1,0 +1,215 @@
+"""SPH density loss: progenax's cell list against jax-md's neighbour list.
+
+The seed's workload: a periodic box at number density 10 with m = 1 and
+rho0 = 10; in 2D h = 0.5 (about 31 neighbours), in 3D h = 0.53 (about 50).
+Positions are uniform random, box side (N / 10)^(1/d). Float64.
+
+For each N, dimension and backend a fresh process measures:
+
+- compile: tracing and compiling the loss and its gradient (jax-md: plus
+  allocating its neighbour list from the data, reported separately);
+- forward and gradient: best of three calls after a warm-up (jax-md: with its
+  overflow check, as its own examples do);
+- peak memory: the process's resident-set high-water mark after the gradient;
+- pair slots evaluated per particle (padding included), against the exact
+  number of pairs in the cells read (progenax) or found at allocation (jax-md),
+  and against the neighbours inside the kernel support.
+
+    python benchmarks/sph.py                       # 1e4, 1e5, 1e6; 2D and 3D
+    python benchmarks/sph.py --sizes 1e4 1e5 --dims 2
+    python benchmarks/sph.py --jax-md-max 1e5      # skip jax-md above 1e5
+
+Nothing here is asserted; tests never time anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+
+DENSITY = 10.0
+H = {2: 0.5, 3: 0.53}
+RHO0 = 10.0
+
+
+def _box(n: int, dim: int) -> float:
+    return (n / DENSITY) ** (1.0 / dim)
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # kB on Linux
+
+
+def _best_of(fn, repeats=3) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def run_progenax(n: int, dim: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from progenax.sph import density_loss
+    from progenax.sph.cells import build_cell_list, candidate_counts, slots_per_particle
+    from progenax.sph.density import (
+        DEFAULT_CELLS_PER_REACH, DEFAULT_CHUNK, DEFAULT_GROUPS, DEFAULT_X_CELLS_PER_REACH,
+    )
+
+    L, h = _box(n, dim), H[dim]
+    x = jax.random.uniform(jax.random.PRNGKey(0), (n, dim), jnp.float64) * L
+
+    def loss(x):
+        return density_loss(x, 1.0, h, RHO0, box=L)
+
+    t0 = time.perf_counter()
+    forward = jax.jit(loss).lower(x).compile()
+    gradient = jax.jit(jax.grad(loss)).lower(x).compile()
+    compile_s = time.perf_counter() - t0
+    forward(x).block_until_ready()
+    fwd = _best_of(lambda: forward(x).block_until_ready())
+    gradient(x).block_until_ready()
+    grad = _best_of(lambda: gradient(x).block_until_ready())
+    peak = _peak_rss_gb()
+
+    cells = build_cell_list(
+        x, 2.0 * h, box=jnp.full((dim,), L), cells_per_reach=DEFAULT_CELLS_PER_REACH[dim],
+        x_cells_per_reach=DEFAULT_X_CELLS_PER_REACH[dim], chunk=DEFAULT_CHUNK,
+    )
+    return {
+        "compile_s": compile_s, "forward_s": fwd, "gradient_s": grad, "peak_gb": peak,
+        "slots": float(slots_per_particle(cells, DEFAULT_CHUNK, DEFAULT_GROUPS)),
+        "pairs_read": float(jnp.mean(candidate_counts(cells))),
+        "loss": float(forward(x)),
+    }
+
+
+def run_jax_md(n: int, dim: int) -> dict:
+    """The seed's JAX row: jax-md's padded neighbour list (format Sparse,
+    capacity multiplier 1.25), allocated outside jit and refreshed with
+    `update` inside it, with the overflow check and reallocation after calls."""
+    import jax
+    import jax.numpy as jnp
+    from jax_md import partition, space
+
+    from progenax.sph.kernels import get_kernel
+
+    L, h = _box(n, dim), H[dim]
+    x = jax.random.uniform(jax.random.PRNGKey(0), (n, dim), jnp.float64) * L
+    kernel = get_kernel("cubic")
+    displacement, _ = space.periodic(L)
+    neighbor_fn = partition.neighbor_list(
+        displacement, L, 2.0 * h, dr_threshold=0.0, capacity_multiplier=1.25, format=partition.Sparse
+    )
+    w0 = float(kernel.value(0.0, h, dim))
+
+    def loss(x, nbrs):
+        nbrs = nbrs.update(x)
+        i, j = nbrs.idx
+        real = i < n
+        dr = jax.vmap(displacement)(x[i], x[j])
+        dr = jnp.where(real[:, None], dr, 1.0)  # keep sqrt' finite on padded slots
+        w = jnp.where(real, kernel.value(jnp.sqrt(jnp.sum(dr**2, axis=1)), h, dim), 0.0)
+        rho = w0 + jax.ops.segment_sum(w, i, num_segments=n)
+        return jnp.sum((rho - RHO0) ** 2), nbrs
+
+    t0 = time.perf_counter()
+    nbrs = neighbor_fn.allocate(x)
+    jax.block_until_ready(nbrs.idx)
+    allocate_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    forward = jax.jit(loss).lower(x, nbrs).compile()
+    gradient = jax.jit(jax.grad(loss, has_aux=True)).lower(x, nbrs).compile()
+    compile_s = time.perf_counter() - t0
+
+    def checked(fn):
+        out, new = fn(x, nbrs)
+        jax.block_until_ready(out)
+        if new.did_buffer_overflow:  # host check, as in jax-md's examples
+            raise RuntimeError("neighbour list overflowed")
+        return out
+
+    value = checked(forward)
+    fwd = _best_of(lambda: checked(forward))
+    checked(gradient)
+    grad = _best_of(lambda: checked(gradient))
+    peak = _peak_rss_gb()
+    i = nbrs.idx[0]
+    return {
+        "allocate_s": allocate_s, "compile_s": compile_s, "forward_s": fwd, "gradient_s": grad,
+        "peak_gb": peak, "slots": i.shape[0] / n, "pairs_read": float(jnp.sum(i < n)) / n + 1.0,
+        "loss": float(value),
+    }
+
+
+def _case(backend: str, n: int, dim: int, timeout: float) -> dict:
+    """Run one case in a fresh process (clean memory high-water mark)."""
+    cmd = [sys.executable, __file__, "--case", backend, str(n), str(dim)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        return {"error": last[:60]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _fmt(value, unit="", digits=3):
+    return "-" if value is None else f"{value:.{digits}g}{unit}"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=float, default=[1e4, 1e5, 1e6])
+    parser.add_argument("--dims", nargs="+", type=int, default=[2, 3])
+    parser.add_argument("--jax-md-max", type=float, default=1e6, help="largest N run with jax-md")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per case")
+    parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.case:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        backend, n, dim = args.case[0], int(args.case[1]), int(args.case[2])
+        result = run_progenax(n, dim) if backend == "progenax" else run_jax_md(n, dim)
+        print(json.dumps(result))
+        return
+
+    print(__doc__.split("\n\n")[1].replace("\n", " "))
+    header = (f"{'dim':>3} {'N':>8} {'backend':<9} {'compile':>8} {'allocate':>8} {'forward':>8} "
+              f"{'gradient':>8} {'peak RSS':>9} {'slots/particle':>14} {'pairs read':>10} {'neighbours':>10}")
+    print(header)
+    print("-" * len(header))
+    for dim in args.dims:
+        neighbours = DENSITY * (math.pi * (2 * H[dim]) ** 2 if dim == 2 else 4 / 3 * math.pi * (2 * H[dim]) ** 3)
+        for n in (int(s) for s in args.sizes):
+            rows = {"progenax": _case("progenax", n, dim, args.timeout)}
+            if n <= args.jax_md_max:
+                rows["jax-md"] = _case("jax_md", n, dim, args.timeout)
+            for name, r in rows.items():
+                if "error" in r:
+                    print(f"{dim:>3} {n:>8} {name:<9} {r['error']}")
+                    continue
+                print(f"{dim:>3} {n:>8} {name:<9} {_fmt(r['compile_s'], ' s'):>8} {_fmt(r.get('allocate_s'), ' s'):>8} "
+                      f"{_fmt(r['forward_s'], ' s'):>8} {_fmt(r['gradient_s'], ' s'):>8} {_fmt(r['peak_gb'], ' GB'):>9} "
+                      f"{r['slots']:>14.1f} {r['pairs_read']:>10.1f} {neighbours:>10.1f}")
+            if "jax-md" in rows and "error" not in rows["jax-md"] and "error" not in rows["progenax"]:
+                a, b = rows["progenax"], rows["jax-md"]
+                print(f"{'':>13} speed-up: forward {b['forward_s'] / a['forward_s']:.1f}x, "
+                      f"gradient {b['gradient_s'] / a['gradient_s']:.1f}x; loss agrees to "
+                      f"{abs(a['loss'] - b['loss']) / abs(b['loss']):.1e}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
