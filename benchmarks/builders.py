@@ -7,7 +7,12 @@ Neumann rejection from the Plummer DF, Kroupa masses by inverse CDF, virial
 scaling with the same spherical potential estimate). Both run on this machine's
 CPU in float64.
 
+King rows (no reference): `solve_king_profile` after compile (target <= 20 ms)
+and `king_builder` (W0 = 6, Kroupa IMF, equilibrium velocities) after compile
+(target <= 2 s at n = 1e6), with the unscaled Q of the built cluster.
+
     python benchmarks/builders.py [--sizes 10000 100000 1000000] [--repeats 5]
+    python benchmarks/builders.py --king-only [--king-sizes 100000 1000000]
 """
 
 from __future__ import annotations
@@ -96,12 +101,57 @@ def time_numpy(n: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def time_king_solve(repeats: int) -> tuple[float, float]:
+    """Compile time and median time of solve_king_profile(W0, g=1), W0 varied."""
+    solve = jax.jit(lambda w: progenax.solve_king_profile(w, 1.0))
+    t0 = time.perf_counter()
+    compiled = solve.lower(6.0).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for i in range(max(repeats, 10)):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(6.0 + 0.01 * i))
+        times.append(time.perf_counter() - t0)
+    return compile_s, statistics.median(times)
+
+
+def time_king_builder(n: int, repeats: int) -> tuple[float, float, float]:
+    build = jax.jit(lambda key: progenax.king_builder(key, n=n, W0=6.0, r_h=1.0).state)
+    key = jax.random.PRNGKey(0)
+    t0 = time.perf_counter()
+    compiled = build.lower(key).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(compiled(jax.random.PRNGKey(i + 1)))
+        times.append(time.perf_counter() - t0)
+    origin = jax.numpy.zeros(3)
+    q = float(virial_ratio(state.positions, state.velocities, state.masses, method="spherical", centre=origin))
+    return compile_s, statistics.median(times), q
+
+
+def king_rows(sizes: list[int], repeats: int) -> None:
+    compile_s, solve_s = time_king_solve(repeats)
+    print(f"King solve_king_profile (1024 nodes): compile {compile_s:.2f} s, after compile "
+          f"{1e3 * solve_s:.1f} ms (target <= 20 ms)")
+    print(f"{'n':>9} {'compile [s]':>12} {'king [s]':>9} {'Q (no rescale)':>15}   target <= 2 s at n = 1e6")
+    for n in sizes:
+        compile_s, build_s, q = time_king_builder(n, repeats)
+        print(f"{n:>9} {compile_s:>12.2f} {build_s:>9.3f} {q:>15.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--king-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--king-only", action="store_true", help="only the King rows")
     args = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, float64; median of {args.repeats}")
+    if args.king_only:
+        king_rows(args.king_sizes, args.repeats)
+        return
     print(f"{'n':>9} {'compile [s]':>12} {'progenax [s]':>13} {'numpy ref [s]':>14} {'ratio':>7} {'Q built':>8}")
     for n in args.sizes:
         compile_s, build_s, q = time_progenax(n, args.repeats)
@@ -110,6 +160,8 @@ def main() -> None:
     print("ratio = numpy time / progenax time (above 1: progenax faster).")
     print("Up to n = 20,000 progenax scales Q with the exact pairwise W (O(n^2));")
     print("the NumPy reference always uses the O(n log n) spherical estimate.")
+    print()
+    king_rows(args.king_sizes, args.repeats)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,12 @@ from . import io as io
 from . import sampling as sampling
 from .builders import eff_builder as eff_builder
 from .builders import plummer_builder as plummer_builder
+from .king_builders import king_builder as king_builder
+from .king_builders import limepy_builder as limepy_builder
 from .profiles.king import KingProfile as KingProfile
+from .profiles.king import MultiMassKingProfile as MultiMassKingProfile
 from .profiles.king import solve_king_profile as solve_king_profile
+from .profiles.king import solve_multimass_king_profile as solve_multimass_king_profile
 from .state import InitialConditions as InitialConditions
 from .state import ParticleState as ParticleState
 from .units import G_PHYSICAL as G_PHYSICAL
@@ -21,10 +25,14 @@ __version__ = "0.1.0"
 __all__ = [
     # builders
     "eff_builder",
+    "king_builder",
+    "limepy_builder",
     "plummer_builder",
     # profiles
     "KingProfile",
+    "MultiMassKingProfile",
     "solve_king_profile",
+    "solve_multimass_king_profile",
     # containers
     "InitialConditions",
     "ParticleState",

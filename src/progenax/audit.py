@@ -186,4 +186,13 @@ def _load_registry() -> None:
         AuditEntry("eff_builder", "r_t", 10.0, (1.3, 1e4), kwargs={"gamma": 3.0}),
         # Truncated with gamma < 2 needs (r_h / r_t)^(2 - gamma) > 1/2: gamma > 1.37 at r_t = 3 r_h.
         AuditEntry("eff_builder", "gamma", 1.8, (1.4, 8.0), kwargs={"r_t": 3.0}),
+        # King entries keep Q = None (equilibrium DF velocities); the LIMEPY ones
+        # all pass Q, so each builder compiles once (a compile costs ~30 s).
+        AuditEntry("king_builder", "W0", 6.0, (0.5, 15.0)),
+        AuditEntry("king_builder", "r_h", 1.0, (1e-3, 1e3)),
+        AuditEntry("king_builder", "alpha", 2.3, (0.5, 4.0)),
+        AuditEntry("limepy_builder", "W0", 6.0, (0.5, 12.0), kwargs={"g": 1.5, "Q": 0.5}),
+        AuditEntry("limepy_builder", "g", 1.0, (0.05, 2.5), kwargs={"W0": 5.0, "Q": 0.5}),
+        AuditEntry("limepy_builder", "r_h", 1.0, (1e-3, 1e3), kwargs={"Q": 0.5}),
+        AuditEntry("limepy_builder", "Q", 0.5, (1e-3, 5.0)),
     )

@@ -1,0 +1,224 @@
+r"""Builders for lowered-isothermal clusters: King (1966) and the LIMEPY family.
+
+A cluster is drawn from the solved model (`progenax.profiles.king`) in three steps:
+
+1. **Radii** invert the enclosed mass $M(r) = u M_t$ (`king_sample_radii`), so no
+   star lies beyond the tidal radius $r_t$.
+2. **Speeds** come from the model's own distribution function at each star's
+   potential $W(r)$ (`progenax.kinematics.king_df`): $v = q\sqrt{2W}\,s$ with $q$
+   drawn by inverse CDF, so every star is bound ($v$ below the local escape speed)
+   and the cluster is in virial equilibrium without any rescaling.
+3. **Scaling** to physical units: the length unit $L = r_h / \hat r_h$ (pc per
+   King radius) makes the 3D half-mass radius `r_h`, and the velocity scale follows
+   from $G M / (s^2 L) = \tfrac{9}{4\pi}\hat M_t$, with $M$ the sum of the sampled
+   stellar masses and $G$ = `progenax.G_PHYSICAL`. Hatted quantities are the
+   model's, in King units.
+
+Directions of positions and velocities are isotropic. Velocities are moved to the
+centre-of-mass frame; positions stay about the model centre (the origin), so the
+bound $|x| \le r_t$ holds exactly. Everything is differentiable in `W0`, `g`,
+`r_h`, `alpha` and `Q` (reverse mode through the diffrax solve and the implicit
+root finders).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._fusion import materialize
+from ._types import ArrayLike, Key
+from .builders import _as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf, sample_masses
+from .imf import PowerLawIMF
+from .kinematics.king_df import sample_speed_fraction, speed_table
+from .profiles.king import (
+    G_MAX,
+    W0_MAX,
+    W0_MIN,
+    king_sample_radii,
+    multimass_sample_radii,
+    solve_king_profile,
+    solve_multimass_king_profile,
+)
+from .sampling import isotropic_directions, uniform_open
+from .state import InitialConditions
+from .units import G_PHYSICAL
+
+
+@eqx.filter_jit
+def _lowered_isothermal(key, n, W0, g, r_h, alpha, Q, imf, units, model):
+    k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
+    dtype = r_h.dtype
+    W0, g = W0.astype(dtype), g.astype(dtype)
+    masses = materialize(sample_masses(k_m, n, imf, alpha))
+    profile = solve_king_profile(W0, g)
+    r_model, W = king_sample_radii(profile, uniform_open(k_r, (n,), dtype))
+    q = sample_speed_fraction(speed_table(W0, g), W, uniform_open(k_v, (n,), dtype))
+    length = r_h / profile.r_h  # pc per King radius
+    s = jnp.sqrt(4.0 * np.pi * G_PHYSICAL * jnp.sum(masses) / (9.0 * length * profile.total_mass))
+    pos = W > 0  # double where: sqrt'(0) never reaches a gradient
+    v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
+    radii = materialize(r_model * length)
+    speeds = materialize(q * v_escape * s)
+    positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
+    velocities = speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
+    params = {"W0": W0, "r_h": r_h, "r_t": profile.r_t * length, **imf_params(imf, alpha)}
+    if model == "limepy":
+        params["g"] = g
+    if Q is not None:
+        params["Q"] = Q
+    return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
+
+
+@eqx.filter_jit
+def _lowered_isothermal_multimass(key, n, W0, g, delta, r_h, alpha, Q, imf, units, model, mass_bins):
+    k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
+    dtype = r_h.dtype
+    W0, g, delta = W0.astype(dtype), g.astype(dtype), delta.astype(dtype)
+    dist = resolve_imf(imf, alpha)
+    # The same draws as `sample_masses` (PowerLawIMF.sample = icdf(uniform)); the
+    # bin of a star is fixed by its uniform variate (equal expected numbers per
+    # bin), so bin membership never changes with alpha and stays differentiable.
+    u_m = jax.random.uniform(k_m, (n,), dist.slopes.dtype)
+    masses = materialize(dist.icdf(u_m).astype(dtype))
+    component = jnp.clip(jnp.floor(u_m * mass_bins), 0, mass_bins - 1).astype(jnp.int32)
+    M_j = jax.ops.segment_sum(masses, component, mass_bins)
+    N_j = jax.ops.segment_sum(jnp.ones_like(masses), component, mass_bins)
+    # An empty bin (only possible for n ~ mass_bins) gets its IMF mid-quantile mass and no stars.
+    m_mid = dist.icdf((jnp.arange(mass_bins, dtype=dtype) + 0.5) / mass_bins).astype(dtype)
+    m_j = jnp.where(N_j > 0, M_j / jnp.maximum(N_j, 1.0), m_mid)
+    profile = solve_multimass_king_profile(W0, m_j, M_j, g, delta)
+    r_model, W = multimass_sample_radii(profile, component, uniform_open(k_r, (n,), dtype))
+    b = profile.b_j
+    tables = jax.vmap(lambda w0: speed_table(w0, g))(b * W0)
+    q = sample_speed_fraction(tables, b[component] * W, uniform_open(k_v, (n,), dtype), component=component)
+    length = r_h / profile.r_h
+    s = jnp.sqrt(4.0 * np.pi * G_PHYSICAL * jnp.sum(masses) / (9.0 * length * profile.total_mass))
+    pos = W > 0  # v = q sqrt(2 b_j W) s_j and s_j = s / sqrt(b_j): v_esc is common
+    v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
+    radii = materialize(r_model * length)
+    speeds = materialize(q * v_escape * s)
+    positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
+    velocities = speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
+    params = {
+        "W0": W0, "r_h": r_h, "r_t": profile.r_t * length, "delta": delta,
+        "component_masses": m_j, "component_r_h": profile.r_h_j * length, **imf_params(imf, alpha),
+    }
+    if model == "limepy":
+        params["g"] = g
+    if Q is not None:
+        params["Q"] = Q
+    return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
+
+
+def _build(key, n, W0, g, r_h, alpha, Q, imf, units, model, mass_bins=None, delta=0.5):
+    c = check_common_arguments(n, units, imf, r_h, alpha, Q)
+    W0 = c.checks.range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
+    g = c.checks.range("g", g, lower=0.0, upper=G_MAX, lower_inclusive=True)
+    key = _as_key(key)
+    if mass_bins is None:
+        out = _lowered_isothermal(key, c.n, W0, g, c.r_h, c.alpha, c.Q, c.imf, c.units, model)
+        return c.checks.attach(out)
+    if isinstance(mass_bins, bool) or not isinstance(mass_bins, (int, np.integer)) or not 1 <= mass_bins <= 64:
+        raise ValueError(f"mass_bins must be None or an int in [1, 64] (static), got {mass_bins!r}")
+    if c.imf == "equal":
+        raise ValueError("mass_bins needs an IMF with a spread of masses, not imf='equal'")
+    delta = c.checks.range("delta", delta, lower=0.0, upper=2.0, lower_inclusive=True)
+    out = _lowered_isothermal_multimass(
+        key, c.n, W0, g, delta, c.r_h, c.alpha, c.Q, c.imf, c.units, model, int(mass_bins)
+    )
+    return c.checks.attach(out)
+
+
+def king_builder(
+    key: Key | int,
+    *,
+    n: int = 10_000,
+    W0: ArrayLike = 6.0,
+    r_h: ArrayLike = 1.0,
+    alpha: ArrayLike = 2.3,
+    Q: ArrayLike | None = None,
+    imf: str | PowerLawIMF | None = None,
+    units: str = "physical",
+    mass_bins: int | None = None,
+    delta: ArrayLike = 0.5,
+) -> InitialConditions:
+    r"""A King (1966) cluster sampled from its distribution function.
+
+    The isotropic DF $f \propto e^{\varepsilon} - 1$ ($\varepsilon$ the binding
+    energy below the tidal boundary in units of $s^2$), with central potential
+    $W_0$; see the module docstring for how stars are drawn.
+
+    **Arguments:**
+
+    - `key`: a `jax.random` key (or an int seed); `n`: number of stars (static).
+    - `W0`: dimensionless central potential, $10^{-3} \le W_0 \le 20$
+      (concentration $c = \log_{10}(r_t/r_0)$ = 0.67, 1.26, 2.12 at 3, 6, 9).
+    - `r_h`: 3D half-mass radius in pc (> 0).
+    - `alpha`, `imf`, `units`: as for `plummer_builder`.
+    - `Q`: None (default) keeps the equilibrium velocities of the DF
+      ($T/|W| = 1/2$ up to sampling noise); a number rescales them to that
+      virial ratio.
+    - `mass_bins`: None (single-mass model: every star follows the same DF), or
+      K (static, 1-64): a **multi-mass, mass-segregated** model. The sampled IMF
+      is split into K bins of equal expected numbers (by the quantile of each
+      star's mass); bin j has mean mass $m_j$ and total mass $M_j$, and velocity
+      scale $s_j \propto (m_j/\bar m)^{-\delta}$; the model is solved
+      self-consistently (`solve_multimass_king_profile`) and each star is drawn
+      from its bin's component. `params` then also hold `component_masses` and
+      `component_r_h` (pc).
+    - `delta`: mass-dependence of the velocity scales, in [0, 2] (0.5 default);
+      only used with `mass_bins`.
+
+    **Returns:** `InitialConditions` with `model="king"` and params W0, r_h, r_t
+    (tidal radius in pc) and the IMF's; differentiable in W0, r_h, alpha and Q.
+
+    ```python
+    ic = progenax.king_builder(jax.random.PRNGKey(0), n=10_000, W0=6.0, r_h=1.0)
+    ```
+    """
+    return _build(key, n, W0, 1.0, r_h, alpha, Q, imf, units, "king", mass_bins, delta)
+
+
+def limepy_builder(
+    key: Key | int,
+    *,
+    n: int = 10_000,
+    W0: ArrayLike = 6.0,
+    g: ArrayLike = 1.0,
+    ra: ArrayLike | None = None,
+    r_h: ArrayLike = 1.0,
+    alpha: ArrayLike = 2.3,
+    Q: ArrayLike | None = None,
+    imf: str | PowerLawIMF | None = None,
+    units: str = "physical",
+    mass_bins: int | None = None,
+    delta: ArrayLike = 0.5,
+) -> InitialConditions:
+    r"""A lowered-isothermal (LIMEPY, Gieles & Zocchi 2015) cluster.
+
+    The isotropic DF $f \propto E_\gamma(g, \varepsilon) = e^\varepsilon
+    P(g, \varepsilon)$: $g = 0$ Woolley, $g = 1$ King, $g = 2$ Wilson, any real
+    $0 \le g < 3.5$ (larger $g$: more extended, softer truncation).
+
+    **Arguments:**
+
+    - `W0`: central potential, $10^{-3} \le W_0 \le 20$; with large `g` the tidal
+      radius grows fast and the solver grid (r_max = 1e5 King radii) limits W0
+      (e.g. g = 3 allows W0 up to about 3.5): beyond it the call raises.
+    - `g`: truncation index in [0, 3.5).
+    - `ra`: anisotropy radius (Michie-type). **Not implemented yet**: must be None;
+      a value <= 0 raises `ValueError`, a positive one `NotImplementedError`.
+    - the rest (`mass_bins`, `delta` included) as for `king_builder`.
+
+    **Returns:** `InitialConditions` with `model="limepy"`; differentiable in W0,
+    g, r_h, alpha and Q.
+    """
+    if ra is not None:
+        from .validation import check_range
+
+        check_range("ra", ra, lower=0.0)
+        raise NotImplementedError("anisotropic (ra) lowered-isothermal models are not implemented yet; use ra=None")
+    return _build(key, n, W0, g, r_h, alpha, Q, imf, units, "limepy", mass_bins, delta)
