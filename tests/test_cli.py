@@ -116,6 +116,28 @@ def test_build_passes_defaults_to_eff_builder(tmp_path, capsys, monkeypatch):
     assert calls == [dict(n=50, gamma=3.0, r_t=None, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa", units="physical")]
 
 
+def test_build_king_passes_its_defaults(tmp_path, capsys, monkeypatch):
+    # A spy, as above: King keeps its equilibrium velocities unless --Q is given.
+    import progenax.builders as builders
+    import progenax.king_builders as king_builders
+    from progenax.state import InitialConditions
+
+    calls = []
+
+    def spy(key, **kwargs):
+        calls.append(kwargs)
+        ic = builders.plummer_builder(key, n=kwargs["n"])
+        return InitialConditions(ic.state, ic.weights, "king", ic.params, ic.units)
+
+    monkeypatch.setattr(king_builders, "king_builder", spy)
+    assert _run(capsys, "build", "king", "--n", 50, "-o", tmp_path / "k.npz")[0] == 0
+    assert _run(capsys, "build", "king", "--n", 50, "--W0", 9, "--Q", 0.4, "-o", tmp_path / "k.npz")[0] == 0
+    common = dict(n=50, r_h=1.0, alpha=2.3, imf="kroupa", units="physical")
+    assert calls == [dict(W0=6.0, Q=None, **common), dict(W0=9.0, Q=0.4, **common)]
+    code, out, err = _run(capsys, "build", "plummer", "--n", 10, "--W0", 6, "-o", tmp_path / "p.npz")
+    _assert_usage_error(code, err, "--W0", "king")
+
+
 def test_eff_builder_errors_are_one_line(tmp_path, capsys):
     # r_h must be below 2^(-1/3) r_t; the builder's ValueError becomes exit 2.
     code, out, err = _run(capsys, "build", "eff", "--n", 10, "--r-t", 1.0, "--r-h", 1.0, "-o", tmp_path / "e.h5")
@@ -168,7 +190,7 @@ def test_plot_command(tmp_path, capsys):
         (["build", "plummer", "--r-t", "10"], ["--r-t", "eff"]),
         (["build", "plummer", "--imf", "salpeter", "--alpha", "2.7"], ["--alpha", "salpeter"]),
         (["build", "plummer", "--imf", "chabrier"], ["chabrier"]),
-        (["build", "king"], ["king"]),
+        (["build", "hernquist"], ["hernquist"]),
         (["build", "plummer", "--units", "cgs"], ["cgs"]),
         (["frobnicate"], ["frobnicate"]),
         ([], ["COMMAND"]),

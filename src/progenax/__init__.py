@@ -5,8 +5,12 @@ from . import diagnostics as diagnostics
 from . import imf as imf
 from . import io as io
 from . import sampling as sampling
+from . import segregation as segregation
+from . import sph as sph
+from . import tidal as tidal
 from .builders import eff_builder as eff_builder
 from .builders import plummer_builder as plummer_builder
+from .fractal import fractal_builder as fractal_builder
 from .king_builders import king_builder as king_builder
 from .king_builders import limepy_builder as limepy_builder
 from .profiles.king import KingProfile as KingProfile
@@ -14,6 +18,9 @@ from .profiles.king import MultiMassKingProfile as MultiMassKingProfile
 from .profiles.king import solve_king_profile as solve_king_profile
 from .profiles.king import solve_multimass_king_profile as solve_multimass_king_profile
 from .state import InitialConditions as InitialConditions
+from .tidal import apply_tidal_truncation as apply_tidal_truncation
+from .tidal import jacobi_radius_flat_rotation as jacobi_radius_flat_rotation
+from .tidal import jacobi_radius_point_mass as jacobi_radius_point_mass
 from .state import ParticleState as ParticleState
 from .units import G_PHYSICAL as G_PHYSICAL
 from .units import Units as Units
@@ -25,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     # builders
     "eff_builder",
+    "fractal_builder",
     "king_builder",
     "limepy_builder",
     "plummer_builder",
@@ -33,6 +41,10 @@ __all__ = [
     "MultiMassKingProfile",
     "solve_king_profile",
     "solve_multimass_king_profile",
+    # modifiers
+    "apply_tidal_truncation",
+    "jacobi_radius_flat_rotation",
+    "jacobi_radius_point_mass",
     # containers
     "InitialConditions",
     "ParticleState",
@@ -47,4 +59,7 @@ __all__ = [
     "imf",
     "io",
     "sampling",
+    "segregation",
+    "sph",
+    "tidal",
 ]

@@ -27,6 +27,7 @@ from .profiles.eff import (
     truncated_half_mass_unreachable,
 )
 from .profiles.plummer import plummer_sample_radii, plummer_scale_radius
+from .segregation import apply_segregation, check_segregation_arguments
 from .sampling import isotropic_directions, uniform_open
 from .state import InitialConditions, ParticleState
 from .units import G_PHYSICAL, check_units_name, physical_units
@@ -109,6 +110,19 @@ def imf_params(imf: str | PowerLawIMF, alpha: Array) -> dict[str, Array]:
     return params
 
 
+def segregate(key, positions, velocities, masses, params, segregation, temperature):
+    """Apply mass segregation S (skipped when None) and record it in `params`.
+
+    The key is `fold_in(key, 7)` of the builder's key, so the other random
+    streams (and the unsegregated output) are unchanged by the option.
+    """
+    if segregation is None:
+        return positions, velocities
+    params["segregation"] = segregation
+    k_seg = jax.random.fold_in(key, 7)
+    return apply_segregation(k_seg, positions, velocities, masses, segregation, temperature=temperature, G=G_PHYSICAL)
+
+
 def _centre(x: Array, masses: Array) -> Array:
     return x - jnp.sum(masses[:, None] * x, axis=0) / jnp.sum(masses)
 
@@ -145,7 +159,7 @@ def finish_cluster(
 
 # -- Plummer -------------------------------------------------------------------
 @eqx.filter_jit
-def _plummer(key, n, r_h, alpha, Q, imf, units):
+def _plummer(key, n, r_h, alpha, Q, imf, units, segregation=None, temperature=None):
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     dtype = r_h.dtype
     masses = materialize(sample_masses(k_m, n, imf, alpha))
@@ -159,6 +173,7 @@ def _plummer(key, n, r_h, alpha, Q, imf, units):
     params = {"r_h": r_h, **imf_params(imf, alpha)}
     if Q is not None:
         params["Q"] = Q
+    positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
     return finish_cluster("plummer", positions, velocities, masses, params, Q, units)
 
 
@@ -171,6 +186,8 @@ def plummer_builder(
     Q: ArrayLike | None = 0.5,
     imf: str | PowerLawIMF | None = None,
     units: str = "physical",
+    segregation: ArrayLike = 0.0,
+    segregation_temperature: ArrayLike = 1.0,
 ) -> InitialConditions:
     r"""A Plummer (1911) sphere sampled from its exact distribution function.
 
@@ -195,21 +212,27 @@ def plummer_builder(
       `progenax.imf.PowerLawIMF`.
     - `units`: "physical" (pc, Msun, km/s) or "henon" (G = M = 1, E = -1/4 at
       Q = 1/2).
+    - `segregation`: primordial mass segregation S in [0, 1), energy-ordered as
+      in Baumgardt, De Marchi & Kroupa (2008) (`progenax.segregation`); a
+      concrete 0 skips it. Partially differentiable (relaxed ranking).
+    - `segregation_temperature`: width of the relaxed ranking that gives S its
+      gradient, in units of the mean key spacing, in (0, 8].
 
     **Returns:** `InitialConditions` with `model="plummer"`; differentiable in
-    r_h, alpha and Q.
+    r_h, alpha and Q; partially in `segregation`.
 
     ```python
     ic = progenax.plummer_builder(jax.random.PRNGKey(0), n=10_000, r_h=1.0)
     ```
     """
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
-    return c.checks.attach(_plummer(_as_key(key), c.n, c.r_h, c.alpha, c.Q, c.imf, c.units))
+    S, T = check_segregation_arguments(c.checks, segregation, segregation_temperature)
+    return c.checks.attach(_plummer(_as_key(key), c.n, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T))
 
 
 # -- EFF -----------------------------------------------------------------------
 @eqx.filter_jit
-def _eff(key, n, gamma, r_h, r_t, alpha, Q, imf, units):
+def _eff(key, n, gamma, r_h, r_t, alpha, Q, imf, units, segregation=None, temperature=None):
     k_m, k_r, k_rdir, k_v = jax.random.split(key, 4)
     dtype = r_h.dtype
     masses = materialize(sample_masses(k_m, n, imf, alpha))
@@ -223,6 +246,7 @@ def _eff(key, n, gamma, r_h, r_t, alpha, Q, imf, units):
         params["r_t"] = r_t
     if Q is not None:
         params["Q"] = Q
+    positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
     # The centre of mass of an untruncated EFF cluster with gamma <= 5 has no
     # finite variance (a few far-out stars move it by parsecs), so positions stay
     # about the model centre; the velocities still get zero total momentum.
@@ -240,6 +264,8 @@ def eff_builder(
     Q: ArrayLike | None = 0.5,
     imf: str | PowerLawIMF | None = None,
     units: str = "physical",
+    segregation: ArrayLike = 0.0,
+    segregation_temperature: ArrayLike = 1.0,
 ) -> InitialConditions:
     r"""An Elson, Fall & Freeman (1987) cluster, optionally truncated at `r_t`.
 
@@ -263,10 +289,11 @@ def eff_builder(
     - `gamma`: surface-density slope; > 2 untruncated, > 0 with `r_t`.
     - `r_h`: 3D half-mass radius in pc (> 0; below 2^(-1/3) `r_t` when truncated).
     - `r_t`: truncation radius in pc, or None for the infinite model.
-    - `alpha`, `Q`, `imf`, `units`: as for `plummer_builder`.
+    - `alpha`, `Q`, `imf`, `units`, `segregation`, `segregation_temperature`:
+      as for `plummer_builder`.
 
     **Returns:** `InitialConditions` with `model="eff"`; differentiable in gamma,
-    r_h, r_t, alpha and Q.
+    r_h, r_t, alpha and Q; partially in `segregation`.
 
     ```python
     ic = progenax.eff_builder(jax.random.PRNGKey(0), n=10_000, gamma=3.0, r_h=1.0)
@@ -280,4 +307,5 @@ def eff_builder(
         gamma = checks.range("gamma", gamma, lower=0.0)
         r_t = checks.range("r_t", r_t, lower=0.0)
         checks.condition(truncated_half_mass_unreachable(c.r_h, r_t, gamma), TRUNCATED_HALF_MASS_MESSAGE)
-    return checks.attach(_eff(_as_key(key), c.n, gamma, c.r_h, r_t, c.alpha, c.Q, c.imf, c.units))
+    S, T = check_segregation_arguments(checks, segregation, segregation_temperature)
+    return checks.attach(_eff(_as_key(key), c.n, gamma, c.r_h, r_t, c.alpha, c.Q, c.imf, c.units, S, T))

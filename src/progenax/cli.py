@@ -3,6 +3,7 @@
 ```
 progenax build plummer --n 10000 --r-h 1.0 --alpha 2.3 --Q 0.5 --seed 1 -o cluster.h5
 progenax build eff --n 10000 --gamma 3.0 --r-t 20 -o cluster.npz
+progenax build king --n 10000 --W0 6 --r-h 1.0 -o king.h5
 progenax info cluster.h5
 progenax plot cluster.h5 -o quicklook.png
 progenax audit
@@ -27,7 +28,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-MODELS = ("plummer", "eff")
+MODELS = ("plummer", "eff", "king")
 IMFS = ("kroupa", "salpeter", "equal")
 UNITS = ("physical", "henon")
 
@@ -110,10 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--alpha", type=float, default=None,
         help="high-mass slope of the Kroupa IMF (default 2.3; not with --imf salpeter)",
     )
-    b.add_argument("--Q", dest="Q", type=float, default=0.5, help="virial ratio T/|W| (default 0.5)")
+    b.add_argument(
+        "--Q", dest="Q", type=float, default=None,
+        help="virial ratio T/|W| (default 0.5; king: the model's own equilibrium velocities)",
+    )
     b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     b.add_argument("--gamma", type=float, default=None, help="EFF outer slope (eff only; default 3.0)")
     b.add_argument("--r-t", dest="r_t", type=float, default=None, help="EFF tidal radius in pc (eff only)")
+    b.add_argument("--W0", dest="W0", type=float, default=None, help="King central potential (king only; default 6)")
     b.add_argument("--imf", choices=IMFS, default="kroupa", help="initial mass function (default kroupa)")
     b.add_argument("--units", choices=UNITS, default="physical", help="unit system of the file (default physical)")
     b.add_argument(
@@ -168,23 +173,26 @@ def _build(args: argparse.Namespace):
 
     from . import builders
 
-    if args.model != "eff":
-        for flag, value in (("--gamma", args.gamma), ("--r-t", args.r_t)):
-            if value is not None:
-                raise UsageError(f"{flag} only applies to the eff model")
+    for flag, value, model in (("--gamma", args.gamma, "eff"), ("--r-t", args.r_t, "eff"), ("--W0", args.W0, "king")):
+        if value is not None and args.model != model:
+            raise UsageError(f"{flag} only applies to the {model} model")
     if args.imf == "salpeter" and args.alpha is not None:
         raise UsageError("--alpha sets the Kroupa high-mass slope; --imf salpeter has its fixed slope 2.35")
     common: dict[str, Any] = {
         "n": args.n,
         "r_h": args.r_h,
         "alpha": 2.3 if args.alpha is None else args.alpha,
-        "Q": args.Q,
+        "Q": (None if args.model == "king" else 0.5) if args.Q is None else args.Q,
         "imf": args.imf,
         "units": args.units,
     }
     key = jax.random.PRNGKey(args.seed)
     if args.model == "plummer":
         return builders.plummer_builder(key, **common)
+    if args.model == "king":
+        from . import king_builders
+
+        return king_builders.king_builder(key, W0=6.0 if args.W0 is None else args.W0, **common)
     gamma = 3.0 if args.gamma is None else args.gamma
     return builders.eff_builder(key, gamma=gamma, r_t=args.r_t, **common)
 
