@@ -5,12 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test validate bench clean
+.PHONY: demo test validate bench docs docs-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,6 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory docs-check
 
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
@@ -25,5 +26,22 @@ validate: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/builders.py
 
+# Regenerate the site's figures and tables from the code (docs/scripts/: builders
+# gallery ~2 min, gradient-audit table ~3 min, King profiles, benchmark output
+# ~7 min on 2 cores), then build. `make docs DOCS_BENCH=0` keeps the committed
+# benchmark output (timings are best captured on a quiet machine).
+DOCS_BENCH ?= 1
+docs: $(STAMP)
+	$(BIN)/python docs/scripts/gallery.py
+	$(BIN)/python docs/scripts/audit_table.py
+	$(BIN)/python docs/scripts/king_profiles.py
+	if [ "$(DOCS_BENCH)" != 0 ]; then $(BIN)/python docs/scripts/benchmarks_page.py; fi
+	$(MAKE) --no-print-directory docs-check
+
+# Strict build of the committed pages and figures: fails on a broken link,
+# reference or snippet (part of `make test`).
+docs-check: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) demo_output .pytest_cache site

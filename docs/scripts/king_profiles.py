@@ -2,7 +2,9 @@
 
 King (1966) models for several W0 and the LIMEPY family for several g, against
 the Plummer sphere and EFF gamma = 3, all with the same total mass and 3D
-half-mass radius (G = M = r_h = 1). Writes docs/figures/king_profiles.png.
+half-mass radius (G = M = r_h = 1), and the anisotropy profile beta(r) of
+anisotropic LIMEPY models (W0 = 6, g = 1, several ra). Writes
+docs/figures/king_profiles.png.
 
     python docs/scripts/king_profiles.py [--output docs/figures/king_profiles.png]
 """
@@ -57,8 +59,8 @@ def main() -> None:
     }
     ref = {name: (np.asarray(rho), np.asarray(sigma)) for name, (rho, sigma) in ref.items()}
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), constrained_layout=True)
-    ax_rho, ax_g, ax_sig = axes
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.6), constrained_layout=True)
+    ax_rho, ax_g, ax_sig, ax_beta = axes
     colours = plt.cm.viridis(np.linspace(0.0, 0.85, 4))
     for colour, W0 in zip(colours, (3.0, 6.0, 9.0, 12.0)):
         x, rho, sigma, x_t = king_curves(W0, 1.0)
@@ -73,6 +75,14 @@ def main() -> None:
             ax.loglog(r, rho, style, label=name)
         ax_sig.semilogx(r, sigma, style, label=name)
 
+    for colour, ra in zip(colours, (3.0, 5.0, 10.0, 30.0)):
+        p = solve(6.0, 1.0, ra)
+        r_grid, inside = np.asarray(p.r), np.asarray(p.r) < float(p.r_t)
+        # beta -> 0 at r_t itself (every speed -> 0 there), inside the last grid cell.
+        x_beta = np.append(r_grid[inside], float(p.r_t)) / float(p.r_h)
+        ax_beta.semilogx(x_beta, np.append(np.asarray(p.beta)[inside], 0.0), color=colour,
+                         label=f"r_a={ra:g} r_0 (r_t={float(p.r_t) / float(p.r_h):.0f} r_h)")
+
     ax_rho.set_title("King (1966), several W0")
     ax_g.set_title("LIMEPY family, W0 = 3, several g")
     ax_sig.set_title("1D velocity dispersion")
@@ -82,6 +92,10 @@ def main() -> None:
         ax.set_ylabel(r"$\rho\ [M / r_h^3]$")
     ax_sig.set_xlim(1e-2, 1e2)
     ax_sig.set_ylabel(r"$\sigma\ [\sqrt{G M / r_h}]$")
+    ax_beta.set_title("Anisotropic LIMEPY, W0 = 6, g = 1")
+    ax_beta.set_xlim(1e-2, 1e2)
+    ax_beta.set_ylim(0, 1)
+    ax_beta.set_ylabel(r"$\beta = 1 - \sigma_t^2 / (2\sigma_r^2)$")
     for ax in axes:
         ax.set_xlabel(r"$r / r_h$")
         ax.legend(fontsize=8)

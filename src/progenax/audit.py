@@ -205,8 +205,8 @@ def _load_registry() -> None:
         AuditEntry("limepy_builder", "r_h", 1.0, (1e-3, 1e3), kwargs={"Q": 0.5}),
         AuditEntry("limepy_builder", "Q", 0.5, (1e-3, 5.0)),
         # ra in King radii; at the default W0 = 6, g = 1 the model stays inside the
-        # solver grid for ra >~ 1.5 (smaller ra: r_t -> infinity).
-        AuditEntry("limepy_builder", "ra", 3.0, (1.8, 1e4), kwargs={"Q": 0.5}),
+        # solver grid for ra >~ 2.75 (smaller ra: r_t -> infinity).
+        AuditEntry("limepy_builder", "ra", 5.0, (2.9, 1e4), kwargs={"Q": 0.5}),
         AuditEntry("fractal_builder", "r_h", 1.0, (1e-3, 1e3)),
         AuditEntry("fractal_builder", "alpha", 2.3, (0.5, 4.0)),
         AuditEntry("fractal_builder", "Q", 0.5, (1e-3, 5.0)),

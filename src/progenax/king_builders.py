@@ -14,11 +14,18 @@ A cluster is drawn from the solved model (`progenax.profiles.king`) in three ste
    stellar masses and $G$ = `progenax.G_PHYSICAL`. Hatted quantities are the
    model's, in King units.
 
-Directions of positions and velocities are isotropic. Velocities are moved to the
-centre-of-mass frame; positions stay about the model centre (the origin), so the
-bound $|x| \le r_t$ holds exactly. Everything is differentiable in `W0`, `g`,
-`r_h`, `alpha` and `Q` (reverse mode through the diffrax solve and the implicit
-root finders).
+**Anisotropic models** (`limepy_builder(..., ra=...)`) replace step 2: the speed
+comes from the marginal of the anisotropic DF at the star's radius (the table row
+at potential $W_i$ uses $p^2 = r(W_i)^2/r_a^2$), then the cosine $\mu = v_r/v$
+from its conditional density $\propto e^{a\mu^2}$, $a = p^2 v^2/(2s^2)$, by
+inverse CDF with a fixed Newton count (`sample_radial_cosine`), a random sign,
+and a uniform azimuth of $v_t$ about the radial direction.
+
+Directions of positions (and, without `ra`, of velocities) are isotropic.
+Velocities are moved to the centre-of-mass frame; positions stay about the model
+centre (the origin), so the bound $|x| \le r_t$ holds exactly. Everything is
+differentiable in `W0`, `g`, `ra`, `r_h`, `alpha` and `Q` (reverse mode through
+the diffrax solve and the implicit root finders).
 """
 
 from __future__ import annotations
@@ -32,11 +39,12 @@ from ._fusion import materialize
 from ._types import ArrayLike, Key
 from .builders import _as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf, sample_masses
 from .imf import PowerLawIMF
-from .kinematics.king_df import sample_speed_fraction, speed_table
+from .kinematics.king_df import sample_radial_cosine, sample_speed_fraction, speed_table
 from .profiles.king import (
     G_MAX,
     W0_MAX,
     W0_MIN,
+    king_radius_of_potential,
     king_sample_radii,
     multimass_sample_radii,
     solve_king_profile,
@@ -48,28 +56,74 @@ from .units import G_PHYSICAL
 
 
 @eqx.filter_jit
-def _lowered_isothermal(key, n, W0, g, r_h, alpha, Q, imf, units, model):
+def _lowered_isothermal(key, n, W0, g, r_h, alpha, Q, imf, units, model, ra=None):
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     dtype = r_h.dtype
     W0, g = W0.astype(dtype), g.astype(dtype)
+    ra = None if ra is None else ra.astype(dtype)
     masses = materialize(sample_masses(k_m, n, imf, alpha))
-    profile = solve_king_profile(W0, g)
+    profile = solve_king_profile(W0, g, ra)
     r_model, W = king_sample_radii(profile, uniform_open(k_r, (n,), dtype))
-    q = sample_speed_fraction(speed_table(W0, g), W, uniform_open(k_v, (n,), dtype))
     length = r_h / profile.r_h  # pc per King radius
     s = jnp.sqrt(4.0 * np.pi * G_PHYSICAL * jnp.sum(masses) / (9.0 * length * profile.total_mass))
     pos = W > 0  # double where: sqrt'(0) never reaches a gradient
     v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
     radii = materialize(r_model * length)
-    speeds = materialize(q * v_escape * s)
-    positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
-    velocities = speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
+    if ra is None:
+        q = sample_speed_fraction(speed_table(W0, g), W, uniform_open(k_v, (n,), dtype))
+        speeds = materialize(q * v_escape * s)
+        positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
+        velocities = speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
+    else:
+        positions, velocities = _anisotropic_phase_space(
+            k_rdir, k_v, profile, ra, W0, g, r_model, W, radii, v_escape * s, dtype
+        )
     params = {"W0": W0, "r_h": r_h, "r_t": profile.r_t * length, **imf_params(imf, alpha)}
     if model == "limepy":
         params["g"] = g
+    if ra is not None:
+        params["ra"] = ra
     if Q is not None:
         params["Q"] = Q
     return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
+
+
+def _anisotropic_phase_space(k_dir, k_v, profile, ra, W0, g, r_model, W, radii, v_escape, dtype):
+    """Positions and velocities from the anisotropic DF (see the module docstring).
+
+    Speed q = v / v_esc from the table whose row at potential W_i carries
+    p^2 = r(W_i)^2 / ra^2; then |mu| = |v_r| / v given a = p^2 W q^2 at the star's
+    own radius, a random sign, and a uniform azimuth of v_t in the tangent plane.
+    """
+    n = r_model.shape[0]
+    k_q, k_mu, k_sign, k_psi = jax.random.split(k_v, 4)
+    k_cos, k_phi = jax.random.split(k_dir)
+    inv_ra2 = 1.0 / ra**2
+    table = speed_table(W0, g, row_anisotropy=lambda Wi: king_radius_of_potential(profile, Wi) ** 2 * inv_ra2)
+    q = sample_speed_fraction(table, W, uniform_open(k_q, (n,), dtype))
+    mu = sample_radial_cosine(r_model**2 * inv_ra2 * W * q**2, uniform_open(k_mu, (n,), dtype))
+    sign = jnp.where(jax.random.bernoulli(k_sign, 0.5, (n,)), 1.0, -1.0).astype(dtype)
+    tangential = 1.0 - mu * mu
+    ok = tangential > 0  # double where: sqrt'(0) never reaches a gradient
+    sin_mu = jnp.where(ok, jnp.sqrt(jnp.where(ok, tangential, 1.0)), 0.0)
+    speeds = materialize(q * v_escape)
+    v_r, v_t = speeds * sign * mu, speeds * sin_mu
+    psi = jax.random.uniform(k_psi, (n,), dtype, 0.0, 2.0 * jnp.pi)
+    # Position direction (theta, phi) and its local basis e_r, e_theta, e_phi.
+    cos_t = jax.random.uniform(k_cos, (n,), dtype, -1.0, 1.0)
+    phi = jax.random.uniform(k_phi, (n,), dtype, 0.0, 2.0 * jnp.pi)
+    sin_t = jnp.sqrt(jnp.clip(1.0 - cos_t**2, 0.0, 1.0))
+    cos_p, sin_p = jnp.cos(phi), jnp.sin(phi)
+    e_r = jnp.stack([sin_t * cos_p, sin_t * sin_p, cos_t], axis=-1)
+    e_theta = jnp.stack([cos_t * cos_p, cos_t * sin_p, -sin_t], axis=-1)
+    e_phi = jnp.stack([-sin_p, cos_p, jnp.zeros_like(phi)], axis=-1)
+    positions = radii[:, None] * e_r
+    velocities = (
+        v_r[:, None] * e_r
+        + (v_t * jnp.cos(psi))[:, None] * e_theta
+        + (v_t * jnp.sin(psi))[:, None] * e_phi
+    )
+    return positions, velocities
 
 
 @eqx.filter_jit
@@ -113,13 +167,20 @@ def _lowered_isothermal_multimass(key, n, W0, g, delta, r_h, alpha, Q, imf, unit
     return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
 
 
-def _build(key, n, W0, g, r_h, alpha, Q, imf, units, model, mass_bins=None, delta=0.5):
+def _build(key, n, W0, g, r_h, alpha, Q, imf, units, model, mass_bins=None, delta=0.5, ra=None):
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     W0 = c.checks.range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
     g = c.checks.range("g", g, lower=0.0, upper=G_MAX, lower_inclusive=True)
+    if ra is not None:
+        ra = c.checks.range("ra", ra, lower=0.0)
+        if mass_bins is not None:
+            raise NotImplementedError(
+                "anisotropic (ra) multi-mass models are not implemented: use ra=None with mass_bins, "
+                "or mass_bins=None with ra"
+            )
     key = _as_key(key)
     if mass_bins is None:
-        out = _lowered_isothermal(key, c.n, W0, g, c.r_h, c.alpha, c.Q, c.imf, c.units, model)
+        out = _lowered_isothermal(key, c.n, W0, g, c.r_h, c.alpha, c.Q, c.imf, c.units, model, ra)
         return c.checks.attach(out)
     if isinstance(mass_bins, bool) or not isinstance(mass_bins, (int, np.integer)) or not 1 <= mass_bins <= 64:
         raise ValueError(f"mass_bins must be None or an int in [1, 64] (static), got {mass_bins!r}")
@@ -209,16 +270,16 @@ def limepy_builder(
       radius grows fast and the solver grid (r_max = 1e5 King radii) limits W0
       (e.g. g = 3 allows W0 up to about 3.5): beyond it the call raises.
     - `g`: truncation index in [0, 3.5).
-    - `ra`: anisotropy radius (Michie-type). **Not implemented yet**: must be None;
-      a value <= 0 raises `ValueError`, a positive one `NotImplementedError`.
+    - `ra`: None (isotropic) or the anisotropy radius $r_a > 0$ in King radii
+      $r_0$ (the model's own unit; $r_a$ in pc is `ra * r_h / r_h_model`):
+      the Michie-type DF $f \propto e^{-J^2/(2 r_a^2 s^2)} E_\gamma(g, \varepsilon)$,
+      isotropic in the centre, radially anisotropic beyond $\sim r_a$
+      ($\beta(r)$ in `solve_king_profile(W0, g, ra).beta`). Small `ra` makes the
+      model much more extended (W0 = 6, g = 1 needs ra >~ 2.75 for r_t < 1e5 r_0).
+      Not available with `mass_bins` (raises `NotImplementedError`).
     - the rest (`mass_bins`, `delta` included) as for `king_builder`.
 
-    **Returns:** `InitialConditions` with `model="limepy"`; differentiable in W0,
-    g, r_h, alpha and Q.
+    **Returns:** `InitialConditions` with `model="limepy"` (params also hold `ra`
+    when given); differentiable in W0, g, ra, r_h, alpha and Q.
     """
-    if ra is not None:
-        from .validation import check_range
-
-        check_range("ra", ra, lower=0.0)
-        raise NotImplementedError("anisotropic (ra) lowered-isothermal models are not implemented yet; use ra=None")
-    return _build(key, n, W0, g, r_h, alpha, Q, imf, units, "limepy", mass_bins, delta)
+    return _build(key, n, W0, g, r_h, alpha, Q, imf, units, "limepy", mass_bins, delta, ra)

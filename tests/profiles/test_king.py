@@ -272,3 +272,176 @@ def test_sampled_radii_follow_the_mass_profile():
     expected = np.asarray(p.W)[1:1500:37][: nodes.size]
     np.testing.assert_allclose(np.asarray(king_potential(p, nodes)), expected, rtol=1e-12, atol=1e-12)
     assert np.all(W >= 0)
+
+
+# -- anisotropic (LIMEPY, Michie-type ra) models ------------------------------------
+def reference_limepy(W0, g, ra):
+    """scipy DOP853 solution (rtol 1e-12) of the anisotropic model with the GZ15
+    closed-form density (scipy's hyp1f1, accurate to ~1e-15 here): r_t, M_t, r_h."""
+    a = g + 1.5
+
+    def rho(W, r):
+        if W <= 0:
+            return 0.0
+        p2 = (r / ra) ** 2
+        extra = p2 * W**a * special.hyp1f1(1, a + 1, -p2 * W) / special.gamma(a + 1)
+        return (np.exp(W) * special.gammainc(a, W) + extra) / (1 + p2)
+
+    rho0 = rho(W0, 0.0)
+
+    def rhs(r, y):
+        return [y[1], -9.0 * rho(y[0], r) / rho0 - 2.0 * y[1] / r]
+
+    def edge(r, y):
+        return y[0]
+
+    edge.terminal = True
+    r1 = 1e-6
+    sol = integrate.solve_ivp(
+        rhs, (r1, 1e7), [W0 - 1.5 * r1**2, -3.0 * r1], method="DOP853",
+        rtol=1e-12, atol=1e-14, events=edge, dense_output=True,
+    )
+    r_t = sol.t_events[0][0]
+    mass = lambda r: -4.0 * np.pi / 9.0 * r**2 * sol.sol(r)[1]  # noqa: E731
+    from scipy.optimize import brentq
+
+    r_h = brentq(lambda r: mass(r) - 0.5 * mass(r_t), r1, r_t, xtol=1e-14)
+    return r_t, mass(r_t), r_h
+
+
+def summary_ra(W0, g, ra):
+    """SUMMARY plus beta at the half-mass radius (linear in r between nodes)."""
+    p = solve_king_profile(W0, g, ra)
+    return jnp.stack([getattr(p, name) for name in SUMMARY] + [jnp.interp(p.r_h, p.r, p.beta)])
+
+
+summary_ra_jit = jax.jit(summary_ra)
+summary_ra_grad = jax.jit(jax.jacrev(summary_ra, argnums=(0, 1, 2)))
+
+
+@pytest.mark.parametrize("W0,g,ra", [(6.0, 1.0, 3.0), (6.0, 1.0, 10.0), (3.0, 0.5, 1.0), (5.0, 2.0, 5.0)])
+def test_anisotropic_against_scipy_reference(W0, g, ra):
+    p = solve(W0, g, ra)
+    r_t, M_t, r_h = reference_limepy(W0, g, ra)
+    # Same error budget as the isotropic reference test (measured <= 8e-8, the
+    # largest for g = 0.5, whose density is only C^1 at r_t): 1e-6.
+    np.testing.assert_allclose(float(p.r_t), r_t, rtol=1e-6)
+    np.testing.assert_allclose(float(p.total_mass), M_t, rtol=1e-6)
+    np.testing.assert_allclose(float(p.r_h), r_h, rtol=1e-6)
+
+
+@pytest.mark.parametrize("W,g,p2", [(3.0, 1.0, 0.5), (5.0, 1.5, 2.0), (1.0, 0.5, 10.0), (8.0, 0.0, 30.0)])
+def test_anisotropic_moments_match_the_df(W, g, p2):
+    """GZ15's closed forms (as implemented) against a direct 2D quadrature of
+    f = exp(-p2 v_t^2 / 2) E_gamma(g, W - v^2 / 2) over speed and mu = v_r / v,
+    normalised by (2 pi)^(3/2) (the isotropic normalisation). dblquad at
+    epsrel 1e-11: 1e-8 is a strict bound for an exact formula."""
+    from progenax.kinematics.king_df import anisotropic_moments
+
+    def E(e):
+        return np.exp(e) * (special.gammainc(g, e) if g > 0 else 1.0)
+
+    def moment(k):
+        def f(mu, v):
+            vt2, vr2 = v * v * (1 - mu * mu), v * v * mu * mu
+            return 2 * np.pi * v * v * np.exp(-p2 * vt2 / 2) * E(W - v * v / 2) * (1.0, vr2, vt2)[k]
+
+        return integrate.dblquad(f, 0, np.sqrt(2 * W), -1, 1, epsabs=1e-13, epsrel=1e-11)[0] / (2 * np.pi) ** 1.5
+
+    got = np.asarray(anisotropic_moments(W, g, p2))
+    np.testing.assert_allclose(got, [moment(0), moment(1), moment(2)], rtol=1e-8)
+
+
+def test_kummer_series_and_asymptotics():
+    """1F1(a; b; -x), a = 1, 2, on both sides of the series/asymptotic switch (x = 60)
+    against scipy (itself ~1e-15 against mpmath here); measured <= 1.6e-14."""
+    from progenax.kinematics.king_df import kummer_1f1_neg
+
+    x = np.concatenate([[0.0, 1e-9, 0.3], np.geomspace(1.0, 1e5, 41), [59.999, 60.0, 60.001]])
+    for a in (1, 2):
+        for b in (2.5 + a, 3.7 + a, 7.0):
+            np.testing.assert_allclose(np.asarray(kummer_1f1_neg(a, b, x)), special.hyp1f1(a, b, -x), rtol=1e-13)
+
+
+def test_large_ra_recovers_isotropic():
+    iso = solve(6.0, 1.0)
+    p = solve(6.0, 1.0, 1e6)
+    # The density changes by O(r^2 / ra^2) <= r_t^2 / 1e12 ~ 3e-10: 1e-6 is the brief's bound.
+    for name in ("r_h", "r_t", "r_v", "total_mass"):
+        np.testing.assert_allclose(float(getattr(p, name)), float(getattr(iso, name)), rtol=1e-6)
+    assert float(jnp.max(jnp.abs(p.beta))) < 1e-6
+    assert iso.beta is None and iso.ra is None
+
+
+def test_beta_profile_structure():
+    """Isotropic centre, radially anisotropic beyond ~ra, isotropic again at r_t;
+    a smaller ra makes the model more extended."""
+    p = solve(6.0, 1.0, 3.0)
+    r, beta = np.asarray(p.r), np.asarray(p.beta)
+    inside = (r > 0) & (r < float(p.r_t))
+    assert beta[0] == 0.0 and np.all(beta[r >= float(p.r_t)] == 0.0)
+    assert np.all(beta[inside] > 0) and np.all(beta[inside] < 1)
+    # beta ~ r^2 / (r^2 + ra^2)-like rise: ~0.38 at r = ra, > 0.9 around 30 r_0.
+    assert 0.3 < np.interp(3.0, r, beta) < 0.45 and np.interp(30.0, r, beta) > 0.9
+    # Back towards isotropy at the edge: beta falls past its maximum, and at
+    # W -> 0 (every speed -> 0, so the J-factor -> 1) it vanishes.
+    b_in = beta[inside]
+    assert np.all(np.diff(b_in[np.argmax(b_in):]) < 0) and b_in[-1] < 0.6 * b_in.max()
+    from progenax.kinematics.king_df import anisotropic_moments
+
+    _, rho_r, rho_t = anisotropic_moments(1e-9, 1.0, (float(p.r_t) / 3.0) ** 2)
+    assert abs(1 - 0.5 * float(rho_t / rho_r)) < 1e-3
+    assert float(p.r_t) > float(solve(6.0, 1.0, 10.0).r_t) > float(solve(6.0, 1.0).r_t)
+
+
+@pytest.mark.parametrize("W0,g,ra", [(6.0, 1.0, 3.0), (3.0, 1.0, 1.0), (6.0, 2.0, 20.0)])
+def test_ra_gradients_match_finite_differences(W0, g, ra):
+    """d(r_t, r_h, r_v, c, M_t, beta(r_h)) / d(W0, g, ra) with ra given, against
+    central differences. The fixed step list keeps the outputs smooth. In ra the model is
+    near its divergence (ra -> 2.75 for W0 = 6: r_t -> infinity), so the FD
+    truncation is large (in all three parameters): measured 2e-6 relative at
+    h = 3e-4 in ra, 2e-8 at 3e-5, and 3e-5 in g at h = 1e-4. With h = 1e-5 (x ra)
+    it is < 1e-7 and rounding ~1e-16 / h ~ 1e-11: rtol 1e-6 is strict (the brief's
+    figure is 1e-4 for r_h). The g-derivatives inherit gammainc's ~1e-6 (rtol 1e-5
+    as above)."""
+    d_W0, d_g, d_ra = (np.asarray(j) for j in summary_ra_grad(W0, g, ra))
+    h = 1e-5
+    fd_W0 = np.asarray(summary_ra_jit(W0 + h, g, ra) - summary_ra_jit(W0 - h, g, ra)) / (2 * h)
+    fd_g = np.asarray(summary_ra_jit(W0, g + h, ra) - summary_ra_jit(W0, g - h, ra)) / (2 * h)
+    hr = 1e-5 * ra
+    fd_ra = np.asarray(summary_ra_jit(W0, g, ra + hr) - summary_ra_jit(W0, g, ra - hr)) / (2 * hr)
+    assert np.all(d_ra[:3] < 0)  # larger ra: more compact (less radial) model
+    assert d_ra[5] < 0  # and less anisotropic at its half-mass radius
+    np.testing.assert_allclose(d_ra[1], fd_ra[1], rtol=1e-4)  # the brief's r_h figure
+    np.testing.assert_allclose(d_ra, fd_ra, rtol=1e-6)
+    np.testing.assert_allclose(d_W0, fd_W0, rtol=1e-6)
+    np.testing.assert_allclose(d_g, fd_g, rtol=1e-5)
+
+
+@pytest.mark.parametrize("ra", [0.0, -1.0, float("nan")])
+def test_bad_ra_raises(ra):
+    with pytest.raises(ValueError, match="ra"):
+        solve_king_profile(5.0, 1.0, ra)
+
+
+def test_traced_bad_ra_raises():
+    with pytest.raises(Exception, match="ra"):
+        solve(5.0, 1.0, jnp.asarray(-2.0)).r_h.block_until_ready()
+    # Too small an ra for the grid (r_t -> infinity) is caught like a too-large W0.
+    with pytest.raises(Exception, match="raise ra"):
+        solve(6.0, 1.0, 1.0).r_h.block_until_ready()
+
+
+def test_anisotropic_float32_no_nan():
+    def rh_and_profile(ra):
+        p = solve_king_profile(6.0, 1.0, ra)
+        return p.r_h, p
+
+    with jax.enable_x64(False):
+        (_, p), grad = jax.jit(jax.value_and_grad(rh_and_profile, has_aux=True))(jnp.float32(3.0))
+        assert p.r.dtype == jnp.float32 and p.beta.dtype == jnp.float32 and grad.dtype == jnp.float32
+        for leaf in jax.tree_util.tree_leaves(p):
+            assert np.all(np.isfinite(np.asarray(leaf)))
+        ref = solve(6.0, 1.0, 3.0)
+        assert float(p.r_h) == pytest.approx(float(ref.r_h), rel=1e-4)
+        assert np.isfinite(float(grad)) and float(grad) < 0

@@ -33,6 +33,20 @@ differentiable in $W$, $W_0$ and $g$ (the table is built from the DF with JAX
 operations, and the root carries the implicit-function gradient), so gradient
 checks against finite differences are not spoiled by interpolation kinks.
 
+**Anisotropy (Michie-type, LIMEPY).** With an anisotropy radius $r_a$ (King radii)
+the DF gains the factor $\exp(-J^2/(2 r_a^2 s^2))$; at radius $r$, with
+$p^2 = r^2/r_a^2$, $v_t = v\sqrt{1-\mu^2}$ and $\mu = v_r/v$, the velocity density is
+
+$$f \propto e^{-p^2 v_t^2/(2 s^2)}\,E_\gamma\big(g, W - v^2/(2s^2)\big).$$
+
+Integrating over $\mu$ gives the speed density $p_W(q)\,R(a)$, with
+$a = p^2 v^2/(2s^2) = p^2 W q^2$ and $R(a) = F(\sqrt a)/\sqrt a$ ($F$ Dawson's
+integral, $R(0) = 1$): `speed_table` takes a per-row $p^2$ for that. Given the
+speed, $|\mu|$ has density $\propto e^{a\mu^2}$ on [0, 1], whose CDF is
+$e^{a(\mu^2 - 1)}\,\mu\,R(a\mu^2)/R(a)$ (`sample_radial_cosine`). The moments
+(`anisotropic_moments`) are the closed forms of Gieles & Zocchi (2015, eqs. 11-14),
+with ${}_1F_1(k; b; -x)$ from `kummer_1f1_neg`.
+
 **Accuracy.** With the defaults (128 x 128 cells) the tabulated CDF matches the
 closed-form moments: $\langle v^2\rangle$ at any $W \le 20$ to better than
 $10^{-5}$ relative (`tests/test_king_builder.py`), far below the sampling noise of
@@ -41,11 +55,13 @@ any cluster.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammainc
+from jax.scipy.special import dawsn, gammainc, gammaln
 
 from .._types import Array, ArrayLike
 from ..sampling import solve_increasing
@@ -77,14 +93,39 @@ def mean_square_speed(W: ArrayLike, g: ArrayLike) -> Array:
     return jnp.where(pos, 3.0 * gammainc(g + 2.5, Ws) / gammainc(g + 1.5, Ws), 0.0)
 
 
-def speed_pdf(q: Array, W: Array, g: Array) -> Array:
-    """Unnormalised p_W(q) = q^2 exp(-W q^2) P(g, W (1 - q^2)) / P(g, W), W > 0."""
+def dawson_ratio(a: ArrayLike) -> Array:
+    r"""$R(a) = F(\sqrt a)/\sqrt a$ for $a \ge 0$ ($F$ Dawson's integral), $R(0) = 1$.
+
+    $\int_{-1}^{1} e^{-a(1-\mu^2)} d\mu = 2R(a)$. Below $a = 10^{-6}$ the series
+    $1 - 2a/3 + 4a^2/15$ (error $< 10^{-19}$) keeps $\sqrt a$ out of the gradient.
+    """
+    a = jnp.asarray(a)
+    big = a > 1e-6
+    root = jnp.sqrt(jnp.where(big, a, 1.0))
+    return jnp.where(big, dawsn(root) / root, 1.0 - a * (2.0 / 3.0 - a * (4.0 / 15.0)))
+
+
+def speed_pdf(q: Array, W: Array, g: Array, p2: Array | None = None) -> Array:
+    """Unnormalised p_W(q) = q^2 exp(-W q^2) P(g, W (1 - q^2)) / P(g, W) [x R(p2 W q^2)], W > 0.
+
+    `p2` = r^2 / r_a^2 at the radius where the potential is W (None: isotropic).
+    """
     q, W = jnp.broadcast_arrays(jnp.asarray(q), jnp.asarray(W))
     eps = W * jnp.clip(1.0 - q**2, 0.0, 1.0)
     # A single gammainc call site for P(g, W) and P(g, eps): each site (and its
     # derivative in g) costs seconds of compile time.
     P = regularized_lower_gamma(g, jnp.stack([W, eps]))
-    return q**2 * jnp.exp(-W * q**2) * P[1] / P[0]
+    pdf = q**2 * jnp.exp(-W * q**2) * P[1] / P[0]
+    if p2 is not None:
+        pdf = pdf * dawson_ratio(p2 * W * q**2)
+    return pdf
+
+
+def row_potentials(W0: Array, num_W: int) -> Array:
+    """The table's row potentials W_i = W0 i / (num_W - 1), row 0 at 1e-3 of a step
+    (the W -> 0 limit shape, without 0 / 0)."""
+    W_step = W0 / (num_W - 1)
+    return jnp.maximum(jnp.arange(num_W, dtype=W_step.dtype) * W_step, 1e-3 * W_step)
 
 
 class SpeedTable(eqx.Module):
@@ -103,11 +144,22 @@ class SpeedTable(eqx.Module):
     """d2C/dW dq (finite differences of pdf along rows)."""
 
 
-def speed_table(W0: ArrayLike, g: ArrayLike, *, num_W: int = 128, num_q: int = 128) -> SpeedTable:
+def speed_table(
+    W0: ArrayLike,
+    g: ArrayLike,
+    *,
+    num_W: int = 128,
+    num_q: int = 128,
+    row_anisotropy: Callable[[Array], Array] | None = None,
+) -> SpeedTable:
     r"""Tabulate the speed CDF of the model with central potential `W0` and index `g`.
 
     **Arguments:** `W0` > 0, `g` in [0, 3.5) (differentiable); `num_W`, `num_q`
-    (static) rows and column cells.
+    (static) rows and column cells; `row_anisotropy` (anisotropic models): a
+    function mapping the rows' potentials W_i (shape (num_W,)) to $p^2 = r^2/r_a^2$
+    at the radius where the model's potential is W_i (`row_potentials` gives the
+    W_i). Since W(r) is monotone, a star at potential W then gets the speed
+    distribution of its own radius.
 
     **Returns:** a `SpeedTable`.
     """
@@ -115,7 +167,8 @@ def speed_table(W0: ArrayLike, g: ArrayLike, *, num_W: int = 128, num_q: int = 1
     dtype = jnp.result_type(W0, g, float)
     W0, g = W0.astype(dtype), jnp.asarray(g, dtype)
     W_step = W0 / (num_W - 1)
-    W = jnp.maximum(jnp.arange(num_W, dtype=dtype) * W_step, 1e-3 * W_step)[:, None]
+    W = row_potentials(W0, num_W)[:, None]
+    p2 = None if row_anisotropy is None else row_anisotropy(W[:, 0])[:, None]
     q_nodes = jnp.linspace(0.0, 1.0, num_q + 1, dtype=dtype)
     h = 1.0 / num_q
     gl_x = jnp.asarray(0.5 * (_GL_NODES + 1.0), dtype)
@@ -124,7 +177,7 @@ def speed_table(W0: ArrayLike, g: ArrayLike, *, num_W: int = 128, num_q: int = 1
     # One call for quadrature points and nodes: each gammainc call site (and its
     # derivative in g) costs seconds of compile time.
     n_gl = q_gl.shape[0]
-    values = speed_pdf(jnp.concatenate([q_gl, q_nodes])[None, :], W, g)
+    values = speed_pdf(jnp.concatenate([q_gl, q_nodes])[None, :], W, g, p2)
     cells = (values[:, :n_gl].reshape(num_W, num_q, 4) @ gl_w) * h
     total = jnp.sum(cells, axis=1, keepdims=True)
     cdf = jnp.concatenate([jnp.zeros((num_W, 1), dtype), jnp.cumsum(cells, axis=1) / total], axis=1)
@@ -192,3 +245,116 @@ def sample_speed_fraction(
         )
 
     return solve_increasing(cdf, u, qa, qb, num_steps=num_steps, F_lo=Ca, F_hi=Cb)
+
+
+# -- anisotropic (Michie-type) models ---------------------------------------------
+_KUMMER_SWITCH = 60.0  # series below, asymptotic expansion above
+_KUMMER_TERMS = 160  # Poisson(60) mass beyond n = 160 (13 sigma) is < 1e-25
+_KUMMER_ASYMPTOTIC_TERMS = 12  # at x >= 60, b <= 7: truncation < 1e-15 (relative)
+_LOG_FACTORIALS = np.array([np.sum(np.log(np.arange(1, k + 1))) for k in range(_KUMMER_TERMS)])
+
+
+def kummer_1f1_neg(a: int, b: ArrayLike, x: ArrayLike) -> Array:
+    r"""Confluent hypergeometric ${}_1F_1(a; b; -x)$ for $a \in \{1, 2\}$, $b > a$, $x \ge 0$.
+
+    For $x < 60$, Kummer's transformation turns it into a sum of positive terms,
+    a Poisson average (no cancellation):
+
+    $${}_1F_1(1; b; -x) = \sum_n \frac{e^{-x}x^n}{n!}\,\frac{b-1}{b-1+n},\qquad
+    {}_1F_1(2; b; -x) = \sum_n \frac{e^{-x}x^n}{n!}\,\frac{(b-2)(b-1)}{(b-2+n)(b-1+n)},$$
+
+    truncated at 160 terms (the Poisson tail beyond is $< 10^{-25}$). For
+    $x \ge 60$, the asymptotic series
+    $\frac{\Gamma(b)}{\Gamma(b-a)}x^{-a}\sum_k \frac{(a)_k(a-b+1)_k}{k!}x^{-k}$
+    with 12 terms (error $< 10^{-15}$ relative for $b \le 7$; the dropped
+    $e^{-x}$ part is $< 10^{-26}$). Differentiable in $b$ and $x$.
+    (`jax.scipy.special.hyp1f1` loses all accuracy at $x \gtrsim 40$.)
+    """
+    if a not in (1, 2):
+        raise ValueError(f"a must be 1 or 2, got {a!r}")
+    b, x = jnp.asarray(b), jnp.asarray(x)
+    dtype = jnp.result_type(b, x, float)
+    small = x < _KUMMER_SWITCH
+    pos = small & (x > 0)
+    xs = jnp.where(pos, x, 1.0)[..., None]
+    n = jnp.arange(_KUMMER_TERMS, dtype=dtype)
+    weights = jnp.exp(n * jnp.log(xs) - xs - jnp.asarray(_LOG_FACTORIALS, dtype))
+    bb = b[..., None] if b.ndim else b
+    h = (bb - 1.0) / (bb - 1.0 + n)
+    if a == 2:
+        h = h * (bb - 2.0) / (bb - 2.0 + n)
+    series = jnp.where(pos, jnp.sum(weights * h, axis=-1), 1.0)
+    xl = jnp.where(small, _KUMMER_SWITCH, x)
+    term = jnp.ones_like(xl)
+    total = jnp.ones_like(xl)
+    for k in range(_KUMMER_ASYMPTOTIC_TERMS):
+        term = term * (a + k) * (a - b + 1.0 + k) / (k + 1.0) / xl
+        total = total + term
+    prefactor = (b - 1.0) / xl if a == 1 else (b - 1.0) * (b - 2.0) / xl**2
+    return jnp.where(small, series, prefactor * total)
+
+
+def anisotropic_moments(W: ArrayLike, g: ArrayLike, p2: ArrayLike) -> tuple[Array, Array, Array]:
+    r"""Density and pressures of the anisotropic LIMEPY DF at potential W and $p^2 = r^2/r_a^2$.
+
+    With $\hat\rho_{\rm iso} = e^W P(g + 3/2, W)$ and $x = p^2 W$ (Gieles & Zocchi
+    2015, eqs. 11-14; velocities in units of $s$):
+
+    $$\hat\rho = \frac{e^W P(g+\tfrac32, W) + p^2 W^{g+3/2}\,{}_1F_1(1; g+\tfrac52; -x)/\Gamma(g+\tfrac52)}{1 + p^2},$$
+    $$\hat\rho\sigma_r^2 = \frac{e^W P(g+\tfrac52, W) + P_1 H_1}{1+p^2},\qquad
+    \hat\rho\sigma_t^2 = \frac{1}{1+p^2}\Big[\frac{2e^W P(g+\tfrac52, W)}{1+p^2}
+        + 2P_1\Big(\frac{H_1}{1+p^2} + H_2\Big)\Big],$$
+
+    $P_1 = p^2 W^{g+5/2}/\Gamma(g + \tfrac72)$, $H_k = {}_1F_1(k; g+\tfrac72; -x)$.
+    $\sigma_t^2$ is the sum of both tangential components, so
+    $\beta = 1 - \sigma_t^2/(2\sigma_r^2)$. All three are 0 at $W \le 0$; at
+    $p = 0$ they reduce to the isotropic $\hat\rho$ and $\hat\rho\sigma^2 = e^W P(g+\tfrac52, W)$.
+
+    **Returns:** $(\hat\rho, \hat\rho\sigma_r^2, \hat\rho\sigma_t^2)$ (same normalisation
+    as `progenax.profiles.king.king_density_of_W`).
+    """
+    W, p2 = jnp.asarray(W), jnp.asarray(p2)
+    g = jnp.asarray(g)
+    pos = W > 0
+    Ws = jnp.where(pos, W, 1.0)
+    x = p2 * Ws
+    P = gammainc(jnp.stack([g + 1.5, g + 2.5]).reshape((2,) + (1,) * Ws.ndim), Ws)
+    iso, iso_v2 = jnp.exp(Ws) * P[0], jnp.exp(Ws) * P[1]
+    logW = jnp.log(Ws)
+    one_p2 = 1.0 + p2
+    rho = (iso + p2 * jnp.exp((g + 1.5) * logW - gammaln(g + 2.5)) * kummer_1f1_neg(1, g + 2.5, x)) / one_p2
+    P1 = p2 * jnp.exp((g + 2.5) * logW - gammaln(g + 3.5))
+    H1, H2 = kummer_1f1_neg(1, g + 3.5, x), kummer_1f1_neg(2, g + 3.5, x)
+    rho_r = (iso_v2 + P1 * H1) / one_p2
+    rho_t = (2.0 * iso_v2 / one_p2 + 2.0 * P1 * (H1 / one_p2 + H2)) / one_p2
+    zero = jnp.zeros_like(rho)
+    return jnp.where(pos, rho, zero), jnp.where(pos, rho_r, zero), jnp.where(pos, rho_t, zero)
+
+
+def sample_radial_cosine(a: Array, u: Array, *, num_steps: int = 10) -> Array:
+    r"""$|\mu| = |v_r|/v$ for stars with $a = p^2 v^2/(2 s^2) \ge 0$ and uniform `u` in (0, 1).
+
+    Given the speed, $|\mu|$ has density $\propto e^{a\mu^2}$ on [0, 1] (radial
+    orbits favoured), CDF $G(\mu) = e^{a(\mu^2-1)}\mu R(a\mu^2)/R(a)$. $G$ is
+    convex, so $G(\mu) \le \mu$ and the root lies in $[u, 1]$. `num_steps`
+    safeguarded-Newton steps solve $\ln G(\mu) = \ln u$ there (nearly linear in
+    $\mu$ for large $a$, $\ln\mu$ for small $a$), from the guess
+    $\max(u, \sqrt{1 + \ln u / a})$ (exact as $a \to \infty$ up to the prefactor):
+    measured worst residual $< 10^{-13}$ after 6 steps for $a \le 10^4$; 10 leave a
+    margin. Gradients (in $a$) by the implicit-function rule.
+    """
+    a, u = jnp.broadcast_arrays(jnp.asarray(a), jnp.asarray(u))
+    log_u = jnp.log(u)
+    log_R1 = jnp.log(dawson_ratio(a))
+
+    def log_cdf(mu):
+        return a * (mu * mu - 1.0) + jnp.log(mu) + jnp.log(dawson_ratio(a * mu * mu)) - log_R1
+
+    a_ng, u_ng = jax.lax.stop_gradient(a), jax.lax.stop_gradient(u)
+    big = a_ng > 0
+    guess = jnp.sqrt(jnp.clip(1.0 + jax.lax.stop_gradient(log_u) / jnp.where(big, a_ng, 1.0), 0.0, 1.0))
+    guess = jnp.where(big, jnp.maximum(u_ng, guess), u_ng)
+    return solve_increasing(
+        log_cdf, log_u, u_ng, jnp.ones_like(u_ng), num_steps=num_steps,
+        F_hi=jnp.zeros_like(u_ng), x0=guess,
+    )

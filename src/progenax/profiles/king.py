@@ -1,4 +1,4 @@
-r"""Isotropic lowered-isothermal models: Woolley ($g=0$), King ($g=1$), Wilson ($g=2$).
+r"""Lowered-isothermal models: Woolley ($g=0$), King ($g=1$), Wilson ($g=2$), LIMEPY anisotropy.
 
 The family of Gomez-Leyton & Velazquez (2014) and Gieles & Zocchi (2015, LIMEPY)
 lowers the isothermal distribution function by the truncation index $g$; in the
@@ -47,8 +47,23 @@ mode). The index of the bracketing nodes is piecewise constant (no gradient flow
 through it); the crossing weight and the Hermite root carry the slope. Gradients in
 $g$ use `jax.scipy.special.gammainc`'s derivative in its first argument, which
 agrees with central differences to about $10^{-6}$ relative (tests check $10^{-5}$).
-At $g = 0$ only the one-sided derivative is meaningful. Anisotropy ($r_a$) is not
-implemented.
+At $g = 0$ only the one-sided derivative is meaningful.
+
+**Anisotropy.** With an anisotropy radius $r_a$ (King radii) the DF is
+$f \propto e^{-J^2/(2 r_a^2 s^2)} E_\gamma(g, \varepsilon)$ (Michie-type, Gieles &
+Zocchi 2015): isotropic in the centre, radially anisotropic beyond $\sim r_a$ and
+isotropic again at $r_t$ (where all speeds vanish). The density then depends on $r$
+explicitly through $p^2 = r^2/r_a^2$ (GZ15 eq. 11),
+
+$$\hat\rho(W, r) = \frac{e^W P(g+\tfrac32, W) + p^2 W^{g+3/2}\,
+{}_1F_1(1; g+\tfrac52; -p^2 W)/\Gamma(g+\tfrac52)}{1 + p^2},$$
+
+and Poisson's equation is solved with $\hat\rho(W, r)/\hat\rho(W_0, 0)$ on the same
+steps (`progenax.kinematics.king_df.kummer_1f1_neg` evaluates ${}_1F_1$ to
+$\sim 10^{-14}$, differentiably in $g$). The profile then also holds
+$\beta(r) = 1 - \sigma_t^2/(2\sigma_r^2)$ on the grid (GZ15 eqs. 12-14, 32), and
+every scalar is differentiable in $r_a$ too. $r_a \to \infty$ recovers the
+isotropic model ($\hat\rho$ changes by $O(r^2/r_a^2)$).
 
 **Multi-mass models.** `solve_multimass_king_profile` solves the same equation
 with the density summed over mass components, each with its own velocity scale
@@ -74,6 +89,7 @@ import numpy as np
 from jax.scipy.special import gammainc, gammaln
 
 from .._types import Array, ArrayLike
+from ..kinematics.king_df import anisotropic_moments, kummer_1f1_neg
 from ..sampling import safe_divide, solve_increasing
 from ..validation import check_range
 
@@ -92,7 +108,7 @@ _N_HALF_MASS_STEPS = 12  # safeguarded Newton on a cubic from a node bracket
 
 
 class KingProfile(eqx.Module):
-    """A solved isotropic lowered-isothermal model on a fixed radial grid.
+    """A solved lowered-isothermal model on a fixed radial grid.
 
     Arrays have length `num_points` (node 0 is r = 0); radii in King radii r_0.
     """
@@ -119,6 +135,11 @@ class KingProfile(eqx.Module):
     """Concentration log10(r_t / r_0)."""
     W0: Array
     g: Array
+    ra: Array | None = None
+    """Anisotropy radius (King radii); None for the isotropic model."""
+    beta: Array | None = None
+    """Anisotropy 1 - sigma_t^2 / (2 sigma_r^2) on the grid (0 at r = 0 and
+    beyond r_t); None for the isotropic model."""
 
 
 def king_density_of_W(W: ArrayLike, g: ArrayLike) -> Array:
@@ -139,25 +160,42 @@ def _dlnrho_dW(W: Array, g: Array, rho: Array) -> Array:
     return 1.0 + jnp.exp((a - 1.0) * jnp.log(W) - gammaln(a)) / rho
 
 
+def anisotropic_density(W: ArrayLike, g: ArrayLike, p2: ArrayLike) -> Array:
+    r"""Unnormalised $\hat\rho(W, p^2)$ of the anisotropic model (module docstring), 0 at $W \le 0$.
+
+    A lighter twin of `anisotropic_moments(W, g, p2)[0]` for the ODE's right-hand side.
+    """
+    W = jnp.asarray(W)
+    pos = W > 0
+    Ws = jnp.where(pos, W, 1.0)
+    extra = p2 * jnp.exp((g + 1.5) * jnp.log(Ws) - gammaln(g + 2.5)) * kummer_1f1_neg(1, g + 2.5, p2 * Ws)
+    return jnp.where(pos, (jnp.exp(Ws) * gammainc(g + 1.5, Ws) + extra) / (1.0 + p2), 0.0)
+
+
 def solve_king_profile(
     W0: ArrayLike,
     g: ArrayLike = 1.0,
+    ra: ArrayLike | None = None,
     *,
     num_points: int = 1024,
     r_max: float = 1e5,
 ) -> KingProfile:
-    r"""Solve Poisson's equation for an isotropic lowered-isothermal model.
+    r"""Solve Poisson's equation for a lowered-isothermal model.
 
     **Arguments:**
 
     - `W0`: central dimensionless potential, $10^{-3} \le W_0 \le 20$ (differentiable).
     - `g`: truncation index, $0 \le g < 3.5$ (0 Woolley, 1 King, 2 Wilson).
+    - `ra`: None (isotropic) or the anisotropy radius $r_a > 0$ in King radii $r_0$
+      (differentiable; `inf` is the isotropic limit). Radial anisotropy lowers the
+      density at $r \gtrsim r_a$, so a small $r_a$ makes a more extended model.
     - `num_points`: grid nodes, r = 0 included (static, >= 64). The ODE takes one
       Tsit5 step per node interval in ln r.
     - `r_max`: outer end of the grid in King radii (static); must exceed r_t
       (checked: a model that has not crossed W = 0 by r_max raises).
 
-    **Returns:** a `KingProfile`.
+    **Returns:** a `KingProfile`; with `ra`, its `ra` and `beta` (the anisotropy
+    $\beta(r) = 1 - \sigma_t^2/(2\sigma_r^2)$ on the grid) are set.
     """
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 64:
         raise ValueError(f"num_points must be an int >= 64 (static), got {num_points!r}")
@@ -165,23 +203,36 @@ def solve_king_profile(
         raise ValueError(f"r_max must be a finite float > 10 (static), got {r_max!r}")
     W0 = check_range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
     g = check_range("g", g, lower=0.0, upper=G_MAX, lower_inclusive=True)
-    dtype = jnp.result_type(W0, g)
+    if ra is not None:
+        ra = check_range("ra", ra, lower=0.0)
+    dtype = jnp.result_type(W0, g) if ra is None else jnp.result_type(W0, g, ra)
     W0, g = W0.astype(dtype), g.astype(dtype)
+    inv_ra2 = None if ra is None else 1.0 / ra.astype(dtype) ** 2
 
     s_grid = jnp.linspace(np.log(_R_MIN), np.log(r_max), num_points - 1, dtype=dtype)
     rho0 = king_density_of_W(W0, g)
     four_pi = 4.0 * np.pi
 
+    def density(W, r):
+        if inv_ra2 is None:
+            return king_density_of_W(W, g) / rho0
+        return anisotropic_density(W, g, r * r * inv_ra2) / rho0
+
     def rhs(s, y, args):
         W, z, q = y
         r = jnp.exp(s)
-        rho = king_density_of_W(W, g) / rho0
+        rho = density(W, r)
         mass = -four_pi / 9.0 * z
         return (z / r, -9.0 * rho * r**3, mass * four_pi * rho * r**2)
 
-    # Series start at r = R_MIN: W = W0 - 1.5 r^2 + k r^4, k = (27/40) dln rho/dW.
+    # Series start at r = R_MIN: W = W0 - 1.5 r^2 + k r^4 with k = -(9/20) c1 for
+    # rho / rho0 = 1 + c1 r^2 + ...: c1 = -1.5 dln rho/dW (isotropic), plus
+    # (W0^(g+3/2) / (Gamma(g+5/2) rho0) - 1) / ra^2 from the explicit r-dependence.
     r1 = _R_MIN
     k4 = 27.0 / 40.0 * _dlnrho_dW(W0, g, rho0)
+    if inv_ra2 is not None:
+        c_ra = jnp.exp((g + 1.5) * jnp.log(W0) - gammaln(g + 2.5)) / rho0 - 1.0
+        k4 = k4 - 9.0 / 20.0 * c_ra * inv_ra2
     W_start = W0 - 1.5 * r1**2 + k4 * r1**4
     z_start = r1**2 * (-3.0 * r1 + 4.0 * k4 * r1**3)  # r^2 W'
     m_start = -four_pi / 9.0 * z_start
@@ -206,7 +257,13 @@ def solve_king_profile(
     r = jnp.concatenate([zero, jnp.exp(s_grid)])
     W_raw = jnp.concatenate([W0[None], W_nodes])
     W = jnp.maximum(W_raw, 0.0)
-    density = king_density_of_W(W_raw, g) / rho0
+    if inv_ra2 is None:
+        density, beta = king_density_of_W(W_raw, g) / rho0, None
+    else:
+        rho_hat, rho_r, rho_t = anisotropic_moments(W_raw, g, r * r * inv_ra2)
+        density = rho_hat / rho0
+        beta = 1.0 - 0.5 * rho_t / jnp.where(rho_r > 0, rho_r, 1.0)
+        beta = jnp.where(rho_r > 0, beta, 0.0)
     mass = jnp.concatenate([zero, -four_pi / 9.0 * z_nodes])
     total_mass = mass[-1]
 
@@ -222,19 +279,20 @@ def solve_king_profile(
     dmass = four_pi * density * r**2
     half = 0.5 * total_mass
     j = jnp.clip(jnp.searchsorted(jax.lax.stop_gradient(mass), jax.lax.stop_gradient(half)), 1, num_points - 1)
-    ra, rb = r[j - 1], r[j]
+    r_lo, r_hi = r[j - 1], r[j]
     ma, mb, da, db = mass[j - 1], mass[j], dmass[j - 1], dmass[j]
 
     def hermite(x):
-        return cubic_hermite(x, ra, rb, ma, mb, da, db)
+        return cubic_hermite(x, r_lo, r_hi, ma, mb, da, db)
 
-    r_h = solve_increasing(hermite, half, ra, rb, num_steps=_N_HALF_MASS_STEPS, F_lo=ma, F_hi=mb)
+    r_h = solve_increasing(hermite, half, r_lo, r_hi, num_steps=_N_HALF_MASS_STEPS, F_lo=ma, F_hi=mb)
 
     r_v = total_mass**2 / (2.0 * q_nodes[-1])
     c = jnp.log10(r_t)
     profile = KingProfile(
         r=r, W=W, W_raw=W_raw, density=density, mass=mass, total_mass=total_mass,
         r_t=r_t, r_h=r_h, r_v=r_v, c=c, W0=W0, g=g,
+        ra=None if ra is None else ra.astype(dtype), beta=beta,
     )
     # Tied to every leaf, so the check fires whichever output a jitted caller keeps.
     return eqx.error_if(profile, ~jnp.any(crossed), TOO_LARGE_MESSAGE)
@@ -242,7 +300,7 @@ def solve_king_profile(
 
 TOO_LARGE_MESSAGE = (
     "W0 (or g) too large for the solver grid: the tidal radius lies beyond r_max "
-    "(lower W0 or g, or increase r_max)"
+    "(lower W0 or g, raise ra, or increase r_max)"
 )
 
 
@@ -315,6 +373,29 @@ def king_potential(profile: KingProfile, radius: ArrayLike) -> Array:
     k = jnp.clip(jnp.searchsorted(r, radius, side="right"), 1, r.shape[0] - 1)
     W_at = cubic_hermite(jnp.minimum(radius, profile.r_t), r[k - 1], r[k], W[k - 1], W[k], dW[k - 1], dW[k])
     return jnp.where(radius < profile.r_t, jnp.maximum(W_at, 0.0), 0.0)
+
+
+def king_radius_of_potential(profile: KingProfile, W: ArrayLike, *, num_steps: int = 8) -> Array:
+    r"""The radius (King radii) where the model's potential equals `W` (0 <= W <= W0).
+
+    Inverts the same cubic Hermite interpolant of $W(r)$ as `king_potential`
+    ($W' = -9M/(4\pi r^2)$ at the nodes), bracketed by the table and polished by
+    `num_steps` safeguarded-Newton steps (the interpolant is nearly linear in a
+    cell; 8 steps reach rounding). $W = W_0$ gives 0, $W \to 0$ gives $r_t$.
+    Gradients by the implicit-function rule (0 at r = 0, where $W' = 0$).
+    """
+    r, _, _, Wn, dW = _truncated_nodes(profile)
+    target = -jnp.asarray(W)
+    size = r.shape[0]
+    k = jnp.clip(
+        jnp.searchsorted(jax.lax.stop_gradient(-Wn), jax.lax.stop_gradient(target), side="right"), 1, size - 1
+    )
+    r_lo, r_hi, w_lo, w_hi, d_lo, d_hi = r[k - 1], r[k], Wn[k - 1], Wn[k], dW[k - 1], dW[k]
+
+    def minus_W(x):
+        return -cubic_hermite(x, r_lo, r_hi, w_lo, w_hi, d_lo, d_hi)
+
+    return solve_increasing(minus_W, target, r_lo, r_hi, num_steps=num_steps, F_lo=-w_lo, F_hi=-w_hi)
 
 
 # -- multi-mass models -----------------------------------------------------------

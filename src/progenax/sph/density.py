@@ -183,7 +183,9 @@ def _cells_density_fn(kernel_name: str, m_uniform: bool, h_uniform: bool, k: int
         return x_bar, m_bar, h_bar, box_bar
 
     density.defvjp(density_fwd, density_bwd, symbolic_zeros=True)
-    return density
+    # Jitted once per configuration: eager calls (and eager jax.grad) reuse the
+    # compiled loops instead of tracing and compiling them at every call.
+    return jax.jit(density)
 
 
 def _distance(dx: list[Array]) -> Array:
