@@ -7,7 +7,10 @@ import sys
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-SMALL_ARGS = {"quickstart.py": ["--n", "2000"]}
+SMALL_ARGS = {
+    "quickstart.py": ["--n", "2000"],
+    "infer_plummer.py": ["--n", "200", "--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"],
+}
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in EXAMPLES.glob("*.py")))

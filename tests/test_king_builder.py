@@ -347,3 +347,17 @@ def test_anisotropic_float32_smoke():
             assert np.all(np.isfinite(np.asarray(x)))
         r = np.linalg.norm(np.asarray(s.positions), axis=1)
         assert r.max() <= float(ic.params["r_t"]) * (1 + 1e-5)
+
+
+def test_single_mass_king_can_be_segregated():
+    # S = 0.9 puts the heaviest stars on the most bound orbits: with 2,000 stars
+    # the 200 heaviest sit well inside the rest (their median radius is a
+    # fraction of the others'; at S = 0 the two medians differ by ~10% noise).
+    ic = king_builder(jax.random.PRNGKey(3), n=2000, W0=6.0, segregation=0.9)
+    r = np.linalg.norm(np.asarray(ic.state.positions), axis=1)
+    heavy = np.argsort(np.asarray(ic.state.masses))[-200:]
+    rest = np.setdiff1d(np.arange(2000), heavy)
+    assert np.median(r[heavy]) < 0.6 * np.median(r[rest])
+    assert float(ic.params["segregation"]) == 0.9
+    with pytest.raises(ValueError, match="segregation and mass_bins"):
+        king_builder(0, n=100, mass_bins=3, segregation=0.5)

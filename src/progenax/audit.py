@@ -214,6 +214,7 @@ def _load_registry() -> None:
         AuditEntry("fractal_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
         AuditEntry("plummer_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
         AuditEntry("eff_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
+        AuditEntry("king_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
         # The other parameters keep exact gradients when the stars are segregated.
         AuditEntry("plummer_builder", "r_h", 1.0, (1e-3, 1e3), kwargs={"segregation": 0.5}),
     )

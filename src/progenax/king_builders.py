@@ -37,7 +37,15 @@ import numpy as np
 
 from ._fusion import materialize
 from ._types import ArrayLike, Key
-from .builders import _as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf, sample_masses
+from .builders import (
+    _as_key,
+    check_common_arguments,
+    finish_cluster,
+    imf_params,
+    resolve_imf,
+    sample_masses,
+    segregate,
+)
 from .imf import PowerLawIMF
 from .kinematics.king_df import sample_radial_cosine, sample_speed_fraction, speed_table
 from .profiles.king import (
@@ -51,12 +59,13 @@ from .profiles.king import (
     solve_multimass_king_profile,
 )
 from .sampling import isotropic_directions, uniform_open
+from .segregation import check_segregation_arguments
 from .state import InitialConditions
 from .units import G_PHYSICAL
 
 
 @eqx.filter_jit
-def _lowered_isothermal(key, n, W0, g, r_h, alpha, Q, imf, units, model, ra=None):
+def _lowered_isothermal(key, n, W0, g, r_h, alpha, Q, imf, units, model, ra=None, segregation=None, temperature=None):
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     dtype = r_h.dtype
     W0, g = W0.astype(dtype), g.astype(dtype)
@@ -85,6 +94,7 @@ def _lowered_isothermal(key, n, W0, g, r_h, alpha, Q, imf, units, model, ra=None
         params["ra"] = ra
     if Q is not None:
         params["Q"] = Q
+    positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
     return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
 
 
@@ -167,8 +177,14 @@ def _lowered_isothermal_multimass(key, n, W0, g, delta, r_h, alpha, Q, imf, unit
     return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
 
 
-def _build(key, n, W0, g, r_h, alpha, Q, imf, units, model, mass_bins=None, delta=0.5, ra=None):
+def _build(key, n, W0, g, r_h, alpha, Q, imf, units, model, mass_bins, delta, segregation, temperature, ra=None):
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
+    S, T = check_segregation_arguments(c.checks, segregation, temperature)
+    if S is not None and mass_bins is not None:
+        raise ValueError(
+            "segregation and mass_bins both segregate the cluster: use mass_bins for the "
+            "self-consistent multi-mass model or segregation for the single-mass one, not both"
+        )
     W0 = c.checks.range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
     g = c.checks.range("g", g, lower=0.0, upper=G_MAX, lower_inclusive=True)
     if ra is not None:
@@ -180,7 +196,7 @@ def _build(key, n, W0, g, r_h, alpha, Q, imf, units, model, mass_bins=None, delt
             )
     key = _as_key(key)
     if mass_bins is None:
-        out = _lowered_isothermal(key, c.n, W0, g, c.r_h, c.alpha, c.Q, c.imf, c.units, model, ra)
+        out = _lowered_isothermal(key, c.n, W0, g, c.r_h, c.alpha, c.Q, c.imf, c.units, model, ra, S, T)
         return c.checks.attach(out)
     if isinstance(mass_bins, bool) or not isinstance(mass_bins, (int, np.integer)) or not 1 <= mass_bins <= 64:
         raise ValueError(f"mass_bins must be None or an int in [1, 64] (static), got {mass_bins!r}")
@@ -205,6 +221,8 @@ def king_builder(
     units: str = "physical",
     mass_bins: int | None = None,
     delta: ArrayLike = 0.5,
+    segregation: ArrayLike = 0.0,
+    segregation_temperature: ArrayLike = 1.0,
 ) -> InitialConditions:
     r"""A King (1966) cluster sampled from its distribution function.
 
@@ -232,6 +250,9 @@ def king_builder(
       `component_r_h` (pc).
     - `delta`: mass-dependence of the velocity scales, in [0, 2] (0.5 default);
       only used with `mass_bins`.
+    - `segregation`, `segregation_temperature`: primordial mass segregation of
+      the single-mass model, as for `plummer_builder` (not with `mass_bins`,
+      which segregates self-consistently).
 
     **Returns:** `InitialConditions` with `model="king"` and params W0, r_h, r_t
     (tidal radius in pc) and the IMF's; differentiable in W0, r_h, alpha and Q.
@@ -240,7 +261,9 @@ def king_builder(
     ic = progenax.king_builder(jax.random.PRNGKey(0), n=10_000, W0=6.0, r_h=1.0)
     ```
     """
-    return _build(key, n, W0, 1.0, r_h, alpha, Q, imf, units, "king", mass_bins, delta)
+    return _build(
+        key, n, W0, 1.0, r_h, alpha, Q, imf, units, "king", mass_bins, delta, segregation, segregation_temperature
+    )
 
 
 def limepy_builder(
@@ -257,6 +280,8 @@ def limepy_builder(
     units: str = "physical",
     mass_bins: int | None = None,
     delta: ArrayLike = 0.5,
+    segregation: ArrayLike = 0.0,
+    segregation_temperature: ArrayLike = 1.0,
 ) -> InitialConditions:
     r"""A lowered-isothermal (LIMEPY, Gieles & Zocchi 2015) cluster.
 
@@ -282,4 +307,6 @@ def limepy_builder(
     **Returns:** `InitialConditions` with `model="limepy"` (params also hold `ra`
     when given); differentiable in W0, g, ra, r_h, alpha and Q.
     """
-    return _build(key, n, W0, g, r_h, alpha, Q, imf, units, "limepy", mass_bins, delta, ra)
+    return _build(
+        key, n, W0, g, r_h, alpha, Q, imf, units, "limepy", mass_bins, delta, segregation, segregation_temperature, ra
+    )
