@@ -26,18 +26,15 @@ summary_grad_g = jax.jit(jax.jacrev(summary, argnums=1))
 
 
 
-def reference_king(W0, g):
-    """scipy DOP853 solution (rtol 1e-12): r_t, M_t = 4 pi int rho r^2 dr, r_h."""
-    a = g + 1.5
+def _scipy_solve(rho, W0):
+    """DOP853 (rtol 1e-12) solution of Poisson's equation in King units for a
+    density rho(W, r): r_t, M_t = 4 pi int rho r^2 dr and r_h."""
+    from scipy.optimize import brentq
 
-    def rho(W):
-        return np.exp(W) * special.gammainc(a, W) if W > 0 else 0.0
-
-    rho0 = rho(W0)
+    rho0 = rho(W0, 0.0)
 
     def rhs(r, y):
-        W, dW = y
-        return [dW, -9.0 * rho(W) / rho0 - 2.0 * dW / r]
+        return [y[1], -9.0 * rho(y[0], r) / rho0 - 2.0 * y[1] / r]
 
     def edge(r, y):
         return y[0]
@@ -51,10 +48,18 @@ def reference_king(W0, g):
     r_t = sol.t_events[0][0]
     mass = lambda r: -4.0 * np.pi / 9.0 * r**2 * sol.sol(r)[1]  # noqa: E731
     M_t = mass(r_t)
-    from scipy.optimize import brentq
-
     r_h = brentq(lambda r: mass(r) - 0.5 * M_t, r1, r_t, xtol=1e-14)
     return r_t, M_t, r_h
+
+
+def reference_king(W0, g):
+    """The isotropic model: rho = e^W P(g + 3/2, W)."""
+    a = g + 1.5
+
+    def rho(W, r):
+        return np.exp(W) * special.gammainc(a, W) if W > 0 else 0.0
+
+    return _scipy_solve(rho, W0)
 
 
 # King (1966) concentrations c = log10(r_t/r_0) as tabulated (e.g. Binney &
@@ -276,8 +281,8 @@ def test_sampled_radii_follow_the_mass_profile():
 
 # -- anisotropic (LIMEPY, Michie-type ra) models ------------------------------------
 def reference_limepy(W0, g, ra):
-    """scipy DOP853 solution (rtol 1e-12) of the anisotropic model with the GZ15
-    closed-form density (scipy's hyp1f1, accurate to ~1e-15 here): r_t, M_t, r_h."""
+    """The anisotropic model, with the GZ15 closed-form density (scipy's hyp1f1,
+    accurate to ~1e-15 here)."""
     a = g + 1.5
 
     def rho(W, r):
@@ -287,26 +292,7 @@ def reference_limepy(W0, g, ra):
         extra = p2 * W**a * special.hyp1f1(1, a + 1, -p2 * W) / special.gamma(a + 1)
         return (np.exp(W) * special.gammainc(a, W) + extra) / (1 + p2)
 
-    rho0 = rho(W0, 0.0)
-
-    def rhs(r, y):
-        return [y[1], -9.0 * rho(y[0], r) / rho0 - 2.0 * y[1] / r]
-
-    def edge(r, y):
-        return y[0]
-
-    edge.terminal = True
-    r1 = 1e-6
-    sol = integrate.solve_ivp(
-        rhs, (r1, 1e7), [W0 - 1.5 * r1**2, -3.0 * r1], method="DOP853",
-        rtol=1e-12, atol=1e-14, events=edge, dense_output=True,
-    )
-    r_t = sol.t_events[0][0]
-    mass = lambda r: -4.0 * np.pi / 9.0 * r**2 * sol.sol(r)[1]  # noqa: E731
-    from scipy.optimize import brentq
-
-    r_h = brentq(lambda r: mass(r) - 0.5 * mass(r_t), r1, r_t, xtol=1e-14)
-    return r_t, mass(r_t), r_h
+    return _scipy_solve(rho, W0)
 
 
 def summary_ra(W0, g, ra):
