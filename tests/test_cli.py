@@ -98,9 +98,10 @@ def test_build_eff_then_info_and_plot(tmp_path, capsys):
     assert _is_png(path.with_suffix(".png"))
 
 
-def test_build_passes_defaults_to_eff_builder(tmp_path, capsys, monkeypatch):
-    # A spy in place of the real builder: this checks only what the command line
-    # passes (the defaults), without a second costly EFF compilation.
+def _spy_builder(monkeypatch, module, name, model):
+    """Put a spy in place of `module.name`: it records the keyword arguments the
+    command line passes and returns a small Plummer cluster labelled `model`,
+    so a test checks the defaults without compiling the real builder."""
     import progenax.builders as builders
     from progenax.state import InitialConditions
 
@@ -109,27 +110,25 @@ def test_build_passes_defaults_to_eff_builder(tmp_path, capsys, monkeypatch):
     def spy(key, **kwargs):
         calls.append(kwargs)
         ic = builders.plummer_builder(key, n=kwargs["n"])
-        return InitialConditions(ic.state, ic.weights, "eff", ic.params, ic.units)
+        return InitialConditions(ic.state, ic.weights, model, ic.params, ic.units)
 
-    monkeypatch.setattr(builders, "eff_builder", spy)
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def test_build_passes_defaults_to_eff_builder(tmp_path, capsys, monkeypatch):
+    import progenax.builders as builders
+
+    calls = _spy_builder(monkeypatch, builders, "eff_builder", "eff")
     assert _run(capsys, "build", "eff", "--n", 50, "-o", tmp_path / "e.npz")[0] == 0
     assert calls == [dict(n=50, gamma=3.0, r_t=None, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa", units="physical")]
 
 
 def test_build_king_passes_its_defaults(tmp_path, capsys, monkeypatch):
-    # A spy, as above: King keeps its equilibrium velocities unless --Q is given.
-    import progenax.builders as builders
+    # King keeps its equilibrium velocities unless --Q is given.
     import progenax.king_builders as king_builders
-    from progenax.state import InitialConditions
 
-    calls = []
-
-    def spy(key, **kwargs):
-        calls.append(kwargs)
-        ic = builders.plummer_builder(key, n=kwargs["n"])
-        return InitialConditions(ic.state, ic.weights, "king", ic.params, ic.units)
-
-    monkeypatch.setattr(king_builders, "king_builder", spy)
+    calls = _spy_builder(monkeypatch, king_builders, "king_builder", "king")
     assert _run(capsys, "build", "king", "--n", 50, "-o", tmp_path / "k.npz")[0] == 0
     assert _run(capsys, "build", "king", "--n", 50, "--W0", 9, "--Q", 0.4, "-o", tmp_path / "k.npz")[0] == 0
     common = dict(n=50, r_h=1.0, alpha=2.3, imf="kroupa", units="physical")
