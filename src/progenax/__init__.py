@@ -2,6 +2,7 @@
 
 from . import audit as audit
 from . import diagnostics as diagnostics
+from . import gravoturb as gravoturb
 from . import imf as imf
 from . import io as io
 from . import sampling as sampling
@@ -56,6 +57,7 @@ __all__ = [
     # submodules
     "audit",
     "diagnostics",
+    "gravoturb",
     "imf",
     "io",
     "sampling",

@@ -6,7 +6,10 @@ and a scalar observable of the built cluster. The default observable is
 
 $$O = \sum_i m_i |x_i|^2 + \sum_i m_i |v_i|^2,$$
 
-which sees positions, velocities and masses at once. `run_audit()` compares
+which sees positions, velocities and masses at once. An entry may name another
+observable from `OBSERVABLES` (for gas, or where the default would see every
+particle's piecewise-constant cell choice) and builders inside submodules by a
+dotted name ("gravoturb.star_builder"). `run_audit()` compares
 `jax.grad` of the observable with a central finite difference in float64 (relative
 step `1e-5`), and checks the gradient is finite at both range ends. A "full"
 entry passes when the relative error is at most `FULL_TOLERANCE`; a "partial"
@@ -43,6 +46,9 @@ class AuditEntry:
     - `edges`: values near the two ends of the allowed range (finiteness check).
     - `kwargs`: other numeric keyword arguments for the builder (n is `AUDIT_N`).
     - `status`: "full" or "partial"; `reason` says why a partial one is partial.
+    - `static`: keyword arguments passed as they are (not traced), e.g. `grid`.
+    - `observable`: a key of `OBSERVABLES` ("default" unless said).
+    - `count`: the keyword that takes the particle count `AUDIT_N` ("n").
     """
 
     builder: str
@@ -52,6 +58,9 @@ class AuditEntry:
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     status: str = "full"
     reason: str = ""
+    static: dict[str, Any] = dataclasses.field(default_factory=dict)
+    observable: str = "default"
+    count: str = "n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,22 +95,52 @@ def default_observable(ic) -> jax.Array:
     return jnp.sum(m * jnp.sum(s.positions**2, -1)) + jnp.sum(m * jnp.sum(s.velocities**2, -1))
 
 
+def half_mass_radius_observable(ic) -> jax.Array:
+    """3D half-mass radius about the origin (the model centre): depends on the
+    few stars at the median only, not on every star's cell choice."""
+    from .diagnostics import half_mass_radius
+
+    s = ic.state
+    return half_mass_radius(s.positions, s.masses * ic.weights, centre=jnp.zeros(3, s.positions.dtype))
+
+
+def gas_field_observable(cloud) -> jax.Array:
+    """Gas on its grid: the mass fraction above s_t (soft, kappa = 10) plus the
+    mass-weighted mean square velocity of the grid in units of c_s^2."""
+    from .gravoturb import dense_gas_fraction
+
+    field = cloud.field
+    m = field.cell_mass_weights()
+    v2 = jnp.sum(field.velocity**2, axis=-1) / cloud.params["sound_speed"] ** 2
+    return dense_gas_fraction(field, kappa=10.0) + jnp.sum(m * v2) / jnp.sum(m)
+
+
+OBSERVABLES: dict[str, Callable] = {
+    "default": default_observable,
+    "half_mass_radius": half_mass_radius_observable,
+    "gas_field": gas_field_observable,
+}
+
+
 def _builder(name: str) -> Callable:
+    """An exported builder by name; a dotted name reaches into a submodule."""
     import progenax
 
-    return getattr(progenax, name)
+    return functools.reduce(getattr, name.split("."), progenax)
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(builder: str, names: tuple[str, ...]):
+def _compiled(builder: str, names: tuple[str, ...], static: tuple = (), observable: str = "default", count: str = "n"):
     """Jitted observable and gradient of `builder` as functions of a dict of the
     named parameters, compiled once per builder and parameter set (entries that
     differ only in values share them)."""
     build = _builder(builder)
     key = jax.random.PRNGKey(AUDIT_SEED)
+    measure = OBSERVABLES[observable]
+    fixed = {count: AUDIT_N, **dict(static)}
 
     def fn(params):
-        return default_observable(build(key, n=AUDIT_N, **params))
+        return measure(build(key, **fixed, **params))
 
     return jax.jit(fn), jax.jit(jax.grad(fn))
 
@@ -119,8 +158,10 @@ def _numeric_defaults(builder: str) -> dict[str, float]:
 
 def observable_fn(entry: AuditEntry) -> Callable[[jax.Array], jax.Array]:
     """The scalar function of the audited parameter (other kwargs fixed)."""
-    base = {**_numeric_defaults(entry.builder), **entry.kwargs, entry.parameter: entry.value}
-    fn, grad = _compiled(entry.builder, tuple(sorted(base)))
+    defaults = {k: v for k, v in _numeric_defaults(entry.builder).items() if k not in entry.static}
+    base = {**defaults, **entry.kwargs, entry.parameter: entry.value}
+    static = tuple(sorted(entry.static.items()))
+    fn, grad = _compiled(entry.builder, tuple(sorted(base)), static, entry.observable, entry.count)
     fixed = {k: jnp.asarray(v, jnp.float64) for k, v in base.items()}
 
     def at(value):
@@ -142,7 +183,10 @@ def check_entry(entry: AuditEntry) -> AuditRow:
         fd = float((fn(x + h) - fn(x - h)) / (2.0 * h))
         rel = abs(ad - fd) / max(abs(fd), 1e-300)
         edges = all(bool(jnp.isfinite(grad(jnp.asarray(e, jnp.float64)))) for e in entry.edges)
-    setting = ", ".join(f"{k}={v:g}" for k, v in {entry.parameter: entry.value, **entry.kwargs}.items())
+    shown = {entry.parameter: entry.value, **entry.kwargs, **entry.static}
+    setting = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in shown.items())
+    if entry.observable != "default":
+        setting += f"; O = {entry.observable}"
     return AuditRow(entry.builder, entry.parameter, ad, fd, rel, edges, entry.status, entry.reason, setting)
 
 
@@ -153,14 +197,17 @@ def run_audit(builders: list[str] | None = None) -> list[AuditRow]:
 
 
 def format_table(rows: list[AuditRow]) -> str:
-    header = f"{'builder':<18} {'parameter':<12} {'at':<18} {'autodiff':>14} {'finite diff':>14} {'rel err':>9}  {'status':<8} result"
+    header = (
+        f"{'builder':<24} {'parameter':<12} {'at':<18} {'autodiff':>14} {'finite diff':>14} "
+        f"{'rel err':>9}  {'status':<8} result"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         result = "ok" if r.passed else "FAIL"
         if not r.edges_finite:
             result += " (non-finite at range edge)"
         lines.append(
-            f"{r.builder:<18} {r.parameter:<12} {r.setting:<18} {r.autodiff:>14.6e} {r.finite_difference:>14.6e} "
+            f"{r.builder:<24} {r.parameter:<12} {r.setting:<18} {r.autodiff:>14.6e} {r.finite_difference:>14.6e} "
             f"{r.relative_error:>9.1e}  {r.status:<8} {result}" + (f"  [{r.reason}]" if r.reason else "")
         )
     return "\n".join(lines)
@@ -217,4 +264,21 @@ def _load_registry() -> None:
         AuditEntry("king_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
         # The other parameters keep exact gradients when the stars are segregated.
         AuditEntry("plummer_builder", "r_h", 1.0, (1e-3, 1e3), kwargs={"segregation": 0.5}),
+        # Gravoturbulent (experimental): small grid; stars by their half-mass radius
+        # about the cloud centre, gas by grid observables (the cell choice of each
+        # particle is piecewise constant, see progenax.gravoturb.placement).
+        *_GRAVOTURB_ENTRIES,
     )
+
+
+_GT_STARS = dict(static={"grid": 16}, observable="half_mass_radius")
+_GT_GAS = dict(static={"grid": 16}, observable="gas_field", count="n_gas")
+_GRAVOTURB_ENTRIES = (
+    AuditEntry("gravoturb.star_builder", "mach", 5.0, (0.1, 50.0), **_GT_STARS),
+    AuditEntry("gravoturb.star_builder", "alpha", 2.0, (1.05, 6.0), **_GT_STARS),
+    AuditEntry("gravoturb.star_builder", "b", 0.5, (0.05, 1.0), **_GT_STARS),
+    AuditEntry("gravoturb.star_builder", "kappa", 10.0, (0.5, 200.0), **_GT_STARS),
+    AuditEntry("gravoturb.cloud_builder", "mach", 5.0, (0.1, 50.0), **_GT_GAS),
+    AuditEntry("gravoturb.cloud_builder", "alpha", 2.0, (1.05, 6.0), **_GT_GAS),
+    AuditEntry("gravoturb.cloud_builder", "b", 0.5, (0.05, 1.0), **_GT_GAS),
+)

@@ -38,6 +38,18 @@ Group `Units` (SWIFT's names, cgs): `Unit length in cgs (U_L)` = one pc,
 `Unit time in cgs (U_t)` = U_L / U_V, `Unit current in cgs (U_I)` = 1,
 `Unit temperature in cgs (U_T)` = 1.
 
+**Gas** (`progenax.gravoturb.GasCloud`, anything with `internal_energy` and
+`smoothing_length`) is written as `PartType0`, with two more datasets:
+
+| dataset           | shape | meaning                                        |
+|-------------------|-------|------------------------------------------------|
+| `InternalEnergy`  | (n,)  | specific internal energy u, (km/s)^2           |
+| `SmoothingLength` | (n,)  | SPH smoothing length h, pc                     |
+
+`write_gadget(stars, path, gas=cloud)` writes both in one snapshot (gas IDs
+1 ... n_gas, then the stars'); `read_gadget(path, particle_type=0)` reads the gas
+back as a `GasCloud` (its `field` is None).
+
 Group `progenax` (ignored by other codes): attributes `model` and
 `progenax_version`, so that `read_gadget` gives back the model name.
 
@@ -106,51 +118,91 @@ def check_unit_weights(ic, fmt: str) -> None:
         )
 
 
+def is_gas(obj) -> bool:
+    """True for SPH gas particles (an object with `internal_energy` and `smoothing_length`)."""
+    return hasattr(obj, "internal_energy") and hasattr(obj, "smoothing_length")
+
+
+def _particle_arrays(ic) -> dict[str, np.ndarray]:
+    """The datasets of one particle group, in physical units, as numpy arrays."""
+    phys = ic.to_physical()
+    s = phys.state
+    arrays = {
+        "Coordinates": np.asarray(s.positions),
+        "Velocities": np.asarray(s.velocities),
+        "Masses": np.asarray(s.masses),
+    }
+    if is_gas(ic):
+        arrays["InternalEnergy"] = np.asarray(phys.internal_energy)
+        arrays["SmoothingLength"] = np.asarray(phys.smoothing_length)
+        n = arrays["Masses"].shape[0]
+        for name in ("InternalEnergy", "SmoothingLength"):
+            if arrays[name].shape != (n,):
+                raise ValueError(f"gas {name} must have shape ({n},), got {arrays[name].shape}")
+    return arrays
+
+
 def write_gadget(
     ic,
     path: str | os.PathLike,
     *,
-    particle_type: int = DEFAULT_PARTICLE_TYPE,
+    particle_type: int | None = None,
     box_size: float = 0.0,
+    gas=None,
 ) -> Path:
     """Write `ic` as a Gadget/SWIFT HDF5 snapshot (see the module docstring).
 
     **Arguments:**
 
-    - `ic`: an `InitialConditions` (any units; converted to physical).
+    - `ic`: an `InitialConditions` (any units; converted to physical), or SPH
+      gas (`progenax.gravoturb.GasCloud`), written as `PartType0`.
     - `path`: the file to write (overwritten); its directory must exist.
-    - `particle_type`: the `PartType` group, 4 (stars, default) or 1
-      (collisionless N-body particles); any of 0..5 is accepted.
+    - `particle_type`: the `PartType` group of `ic`; None (default) means 4
+      (stars) for an `InitialConditions` and 0 for gas. 1 writes collisionless
+      N-body particles; any of 0..5 is accepted for stars; gas must be 0.
     - `box_size`: `Header/BoxSize` in pc; 0 (default) means open boundaries.
+    - `gas`: optional SPH gas written as `PartType0` next to the stars of `ic`.
 
     **Returns:** the path.
 
     **Raises:** `ValueError` if a weight is not 1, `particle_type` is not in
-    0..5 or `box_size` is negative; `FileNotFoundError` if the directory is
-    missing.
+    0..5 (or not 0 for gas, or 0 for stars written with `gas=`) or `box_size`
+    is negative; `FileNotFoundError` if the directory is missing.
     """
     import h5py
 
     from .. import __version__
 
-    ptype = _check_particle_type(particle_type)
+    ic_is_gas = is_gas(ic)
+    if particle_type is None:
+        ptype = 0 if ic_is_gas else DEFAULT_PARTICLE_TYPE
+    else:
+        ptype = _check_particle_type(particle_type)
+    if ic_is_gas and ptype != 0:
+        raise ValueError(
+            f"gas particles are written as PartType0; particle_type must be 0 or None, got {particle_type!r}"
+        )
+    if gas is not None:
+        if not is_gas(gas):
+            raise ValueError("gas= must be SPH gas with internal_energy and smoothing_length (a GasCloud)")
+        if ptype == 0:
+            raise ValueError("with gas=, the particles of ic cannot also be PartType0; choose particle_type 1..5")
     box = float(box_size)
     if not box >= 0.0:
         raise ValueError(f"box_size must be >= 0 (0: open boundaries), got {box_size!r}")
     path = writable_path(path)
-    check_unit_weights(ic, "gadget")
-    phys = ic.to_physical()
-    s = phys.state
-    pos = np.asarray(s.positions)
-    vel = np.asarray(s.velocities)
-    mass = np.asarray(s.masses)
-    n = mass.shape[0]
+    groups: list[tuple[int, object]] = ([(0, gas)] if gas is not None else []) + [(ptype, ic)]
+    for _, obj in groups:
+        check_unit_weights(obj, "gadget")
+    content = [(k, _particle_arrays(obj)) for k, obj in groups]
 
     counts = np.zeros(6, dtype=np.uint32)
-    counts[ptype] = n & 0xFFFFFFFF
     high = np.zeros(6, dtype=np.uint32)
-    high[ptype] = n >> 32
-    double = int(pos.dtype == np.float64)
+    for k, arrays in content:
+        n = arrays["Masses"].shape[0]
+        counts[k] = n & 0xFFFFFFFF
+        high[k] = n >> 32
+    double = int(content[-1][1]["Coordinates"].dtype == np.float64)
 
     with h5py.File(path, "w") as f:
         h = f.create_group("Header")
@@ -178,20 +230,25 @@ def write_gadget(
         u.attrs["Unit current in cgs (U_I)"] = np.float64(1.0)
         u.attrs["Unit temperature in cgs (U_T)"] = np.float64(1.0)
 
-        g = f.create_group(f"PartType{ptype}")
-        g.create_dataset("Coordinates", data=pos)
-        g.create_dataset("Velocities", data=vel)
-        g.create_dataset("Masses", data=mass)
-        g.create_dataset("ParticleIDs", data=np.arange(1, n + 1, dtype=np.uint64))
+        first_id = 1
+        for k, arrays in content:
+            g = f.create_group(f"PartType{k}")
+            for name, data in arrays.items():
+                g.create_dataset(name, data=data)
+            n = arrays["Masses"].shape[0]
+            g.create_dataset("ParticleIDs", data=np.arange(first_id, first_id + n, dtype=np.uint64))
+            first_id += n
 
         p = f.create_group("progenax")
-        p.attrs["model"] = str(phys.model)
+        p.attrs["model"] = str(ic.model)
+        if gas is not None:
+            p.attrs["gas_model"] = str(gas.model)
         p.attrs["progenax_version"] = str(__version__)
     return path
 
 
 def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
-    """Read a Gadget/SWIFT HDF5 snapshot as an `InitialConditions` (physical units).
+    """Read a Gadget/SWIFT HDF5 snapshot as an `InitialConditions` or gas (physical units).
 
     **Arguments:**
 
@@ -204,6 +261,9 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
     from its cgs units. Masses come from `Masses` or, when that dataset is
     absent, from `Header/MassTable`. Weights are 1; the model is the one
     `write_gadget` recorded, else "gadget"; `params` is empty.
+
+    A `PartType0` group with `InternalEnergy` and `SmoothingLength` is read as
+    SPH gas: a `progenax.gravoturb.GasCloud` (its `field` is None).
     """
     import h5py
     import jax.numpy as jnp
@@ -250,8 +310,15 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
             scale_l = float(ua.get("Unit length in cgs (U_L)", U_L_CGS)) / U_L_CGS
             scale_m = float(ua.get("Unit mass in cgs (U_M)", U_M_CGS)) / U_M_CGS
             scale_v = float(ua.get("Unit velocity in cgs (U_V)", U_V_CGS)) / U_V_CGS
+        gas_arrays = None
+        if ptype == 0 and "InternalEnergy" in g and "SmoothingLength" in g:
+            gas_arrays = (g["InternalEnergy"][()], g["SmoothingLength"][()])
         model = "gadget"
-        if isinstance(f.get("progenax"), h5py.Group) and "model" in f["progenax"].attrs:
+        model_key = "gas_model" if ptype == 0 else "model"
+        if isinstance(f.get("progenax"), h5py.Group) and model_key in f["progenax"].attrs:
+            value = f["progenax"].attrs[model_key]
+            model = value.decode() if isinstance(value, bytes) else str(value)
+        elif isinstance(f.get("progenax"), h5py.Group) and "model" in f["progenax"].attrs and len(groups) == 1:
             value = f["progenax"].attrs["model"]
             model = value.decode() if isinstance(value, bytes) else str(value)
     n = mass.shape[0]
@@ -268,4 +335,17 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
         mass = mass * scale_m
     state = ParticleState(jnp.asarray(pos), jnp.asarray(vel), jnp.asarray(mass))
     weights = jnp.ones(n, dtype=jnp.asarray(mass).dtype)
+    if gas_arrays is not None:
+        from ..gravoturb.cloud import GasCloud
+
+        energy, h = gas_arrays
+        if energy.shape != (n,) or h.shape != (n,):
+            raise ValueError(
+                f"{str(path)!r}: InternalEnergy {energy.shape} / SmoothingLength {h.shape} do not match n = {n}"
+            )
+        if scale_v != 1.0:
+            energy = energy * scale_v**2
+        if scale_l != 1.0:
+            h = h * scale_l
+        return GasCloud(state, weights, jnp.asarray(energy), jnp.asarray(h), model, {}, physical_units())
     return InitialConditions(state, weights, model, {}, physical_units())
