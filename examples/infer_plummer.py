@@ -3,11 +3,15 @@
     python examples/infer_plummer.py [--n 2000] [--num-chains 2] [--num-warmup 500]
         [--num-samples 500] [--likelihood unbinned] [--seed 0]
         [--output docs/figures/inference_plummer.png] [--exact-virial] [--projected]
+        [--los-error E] [--n-model 1000] [--num-covariance 100]
 
 A cluster of n stars is built with `plummer_builder` (truth r_h = 1 pc,
 alpha = 2.3, Q = 0.5), observed with perfect 3D positions, velocities and masses
-(or projected positions with --projected), and the unbinned likelihood
-(`progenax.infer.plummer_model`) is sampled with NUTS. Prints numpyro's summary,
+(or projected positions with --projected, line-of-sight velocities with
+--los-error), and `progenax.infer.plummer_model` is sampled with NUTS: the exact
+unbinned likelihood, or with `--likelihood mock` the Gaussian synthetic
+likelihood of summaries of the cluster forward-modelled by `plummer_builder`
+(gradients through the builder and the SPH density). Prints numpyro's summary,
 each parameter's median against the truth in posterior standard deviations, the
 bulk ESS, r-hat, divergences, wall time and ESS per second, and writes a
 corner-style plot.
@@ -18,54 +22,16 @@ import functools
 import time
 
 import jax
-import matplotlib
+import numpy as np
+from numpyro.infer import MCMC, NUTS
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from numpyro.infer import MCMC, NUTS  # noqa: E402
-
-from progenax.infer import init_to_data, plummer_model, simulate_plummer  # noqa: E402
-from progenax.infer.diagnostics import bulk_ess, split_r_hat  # noqa: E402
+from progenax.infer import init_to_data, mock_likelihood, plummer_model, simulate_plummer
+from progenax.infer.diagnostics import bulk_ess, split_r_hat
+from progenax.infer.plotting import corner_plot
 
 jax.config.update("jax_enable_x64", True)
 
 TRUTH = {"r_h": 1.0, "alpha": 2.3, "Q": 0.5}
-LABELS = {"r_h": r"$r_h$ [pc]", "alpha": r"$\alpha$", "Q": r"$Q$"}
-
-
-def corner_plot(samples: dict, truth: dict, path: str) -> None:
-    """Pairwise scatter (lower triangle) and histograms (diagonal) with truth lines."""
-    names = list(truth)
-    k = len(names)
-    fig, axes = plt.subplots(k, k, figsize=(2.4 * k, 2.4 * k))
-    for i, yi in enumerate(names):
-        for j, xj in enumerate(names):
-            ax = axes[i, j]
-            if j > i:
-                ax.axis("off")
-                continue
-            if i == j:
-                ax.hist(samples[xj], bins=30, color="0.4", histtype="stepfilled", alpha=0.7)
-                ax.axvline(truth[xj], color="C3")
-                ax.set_yticks([])
-            else:
-                ax.scatter(samples[xj], samples[yi], s=2, alpha=0.3, color="0.2", rasterized=True)
-                ax.axvline(truth[xj], color="C3")
-                ax.axhline(truth[yi], color="C3")
-                ax.plot(truth[xj], truth[yi], "s", color="C3", ms=4)
-            if i == k - 1:
-                ax.set_xlabel(LABELS[xj])
-            else:
-                ax.set_xticklabels([])
-            if j == 0 and i > 0:
-                ax.set_ylabel(LABELS[yi])
-            elif j > 0:
-                ax.set_yticklabels([])
-    fig.suptitle("Plummer NUTS posterior (red: truth)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main() -> None:
@@ -75,7 +41,13 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, default=500)
     parser.add_argument("--num-chains", type=int, default=2)
     parser.add_argument("--chain-method", default="vectorized", choices=("sequential", "vectorized"))
-    parser.add_argument("--likelihood", default="unbinned", choices=("unbinned",))
+    parser.add_argument("--likelihood", default="unbinned", choices=("unbinned", "mock"))
+    parser.add_argument("--n-model", type=int, default=1000, help="mock: stars in the forward model")
+    parser.add_argument("--num-covariance", type=int, default=100, help="mock: simulations for the covariance")
+    parser.add_argument(
+        "--los-error", type=float, default=None,
+        help="observe only line-of-sight velocities, with Gaussian errors of this size (km/s; 0: exact)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="infer_plummer.png")
     parser.add_argument("--projected", action="store_true", help="observe projected (x, y) positions only")
@@ -85,18 +57,29 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    los = {} if args.los_error is None else {"velocities": "los", "velocity_error": args.los_error or None}
     data = simulate_plummer(
-        jax.random.PRNGKey(args.seed), n=args.n, **TRUTH, exact_virial=args.exact_virial, projected=args.projected
+        jax.random.PRNGKey(args.seed), n=args.n, **TRUTH, exact_virial=args.exact_virial, projected=args.projected,
+        **los,
     )
     print(f"mock cluster: n = {data.n}, M = {float(data.masses.sum()):.1f} Msun, truth {TRUTH}")
 
-    model = functools.partial(plummer_model, likelihood=args.likelihood)
+    start = time.perf_counter()
+    likelihood = args.likelihood
+    if likelihood == "mock":
+        likelihood = mock_likelihood(
+            data, "plummer", key=args.seed + 2, n_model=args.n_model, n_sph=min(500, args.n_model),
+            n_probes=min(256, data.n), num_covariance=args.num_covariance,
+        )
+        print(f"mock likelihood set up (covariance from {args.num_covariance} simulations): "
+              f"{time.perf_counter() - start:.1f} s; fiducial "
+              + ", ".join(f"{k} = {float(v):.3f}" for k, v in likelihood.fiducial.items()))
+    model = functools.partial(plummer_model, likelihood=likelihood)
     kernel = NUTS(model, init_strategy=init_to_data())
     mcmc = MCMC(
         kernel, num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains,
         chain_method=args.chain_method, progress_bar=False, jit_model_args=True,
     )
-    start = time.perf_counter()
     mcmc.run(jax.random.PRNGKey(args.seed + 1), data, extra_fields=("diverging",))
     jax.block_until_ready(mcmc.get_samples())
     wall = time.perf_counter() - start
@@ -116,7 +99,7 @@ def main() -> None:
     print(f"divergences: {divergences} of {total} ({100.0 * divergences / total:.2f} %)")
     print(f"wall time (compile + warmup + sampling): {wall:.1f} s")
     print(f"min bulk ESS / s: {min(ess.values()) / wall:.1f}")
-    corner_plot(flat, TRUTH, args.output)
+    corner_plot(flat, TRUTH, args.output, f"Plummer NUTS posterior, {args.likelihood} likelihood (red: truth)")
     print(f"wrote {args.output}")
 
 

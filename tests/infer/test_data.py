@@ -90,3 +90,55 @@ def test_data_derived_start_has_finite_likelihood():
         assert np.isfinite(float(log_l))
         # The median radius estimates r_h to ~ a few 1/sqrt(300) ~ 6 % (20 % margin).
         assert abs(float(start["r_h"]) / r_h - 1.0) < 0.2
+
+
+def test_velocity_errors_must_be_positive_and_finite(arrays):
+    x, v, m = arrays
+    e = np.full(50, 0.3)
+    e[4] = 0.0
+    with pytest.raises(ValueError, match=r"velocity_errors must be > 0.*row 4"):
+        ObservedCluster(x, v[:, 2], m, e)
+    with pytest.raises(ValueError, match=r"velocity_errors must be > 0"):
+        ObservedCluster(x, v[:, 2], m, -1.0)
+    e[4] = np.nan
+    with pytest.raises(ValueError, match=r"velocity_errors must be finite.*row 4"):
+        ObservedCluster(x, v[:, 2], m, e)
+
+
+def test_line_of_sight_velocities(arrays):
+    x, v, m = arrays
+    data = ObservedCluster(x[:, :2], v[:, 2], m, 0.5)
+    assert data.line_of_sight and data.projected and data.velocity_errors.shape == (50,)
+    assert not ObservedCluster(x, v, m).line_of_sight
+    with pytest.raises(ValueError, match="velocity_errors need line-of-sight velocities"):
+        ObservedCluster(x, v, m, 0.5)
+    with pytest.raises(ValueError, match=r"velocities must have shape \(50, 3\) \(3D\) or \(50,\)"):
+        ObservedCluster(x, v[:, :2], m)
+    with pytest.raises(ValueError, match="velocity_errors must be a scalar or have shape"):
+        ObservedCluster(x, v[:, 2], m, np.ones(7))
+
+
+def test_observe_line_of_sight_with_errors():
+    ic = plummer_builder(jax.random.PRNGKey(2), n=64)
+    data = observe(ic, velocities="los", velocity_error=0.2, key=jax.random.PRNGKey(3))
+    assert data.line_of_sight and data.velocities.shape == (64,)
+    # The draws are the exact z velocities plus N(0, 0.2^2) noise: their rms
+    # over 64 stars is 0.2 within ~ 0.2 / sqrt(2 * 64) ~ 9 % (30 % margin).
+    noise = np.asarray(data.velocities) - np.asarray(ic.state.velocities)[:, 2]
+    assert abs(np.sqrt(np.mean(noise**2)) / 0.2 - 1.0) < 0.3
+    with pytest.raises(ValueError, match="needs a key"):
+        observe(ic, velocities="los", velocity_error=0.2)
+    with pytest.raises(ValueError, match="velocity_error needs velocities='los'"):
+        observe(ic, velocity_error=0.2, key=jax.random.PRNGKey(3))
+
+
+def test_king_model_refuses_bad_data_before_sampling(arrays):
+    from progenax.infer import king_model
+
+    x, v, m = arrays
+    with pytest.raises(ValueError, match="Kroupa IMF range"):
+        MCMC(NUTS(king_model, init_strategy=init_to_data()), num_warmup=2, num_samples=2,
+             progress_bar=False).run(jax.random.PRNGKey(0), ObservedCluster(x, v, m * 200))
+    with pytest.raises(NotImplementedError, match="3D positions"):
+        MCMC(NUTS(king_model, init_strategy=init_to_data()), num_warmup=2, num_samples=2,
+             progress_bar=False).run(jax.random.PRNGKey(0), ObservedCluster(x[:, :2], v, m))

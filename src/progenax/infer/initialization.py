@@ -52,7 +52,8 @@ def plummer_initial_values(data: ObservedCluster, total_mass: Array | None, G: f
     centre: the median of each coordinate; bulk velocity: the mean velocity.
     r_h: the median radius about that centre (half of the stars lie inside r_h
     in 3D; in projection the median R is the Plummer radius a = r_h / 1.305).
-    Q: the moment estimate $\langle v^2 \sqrt{r^2 + a^2}\rangle / (G M)$ (for the
+    Q (line-of-sight velocities: with 3 v_z^2 for v^2, less the squared errors
+    in the moment): the moment estimate $\langle v^2 \sqrt{r^2 + a^2}\rangle / (G M)$ (for the
     DF, $\langle v^2 \mid r\rangle = Q\,G M/\sqrt{r^2+a^2}$), raised to 1.1 times
     the smallest Q for which every star is inside the edge,
     $\max_i v_i^2\sqrt{r_i^2+a^2}/(4 G M)$. Projected data use R for r, which
@@ -68,7 +69,15 @@ def plummer_initial_values(data: ObservedCluster, total_mass: Array | None, G: f
         M = jnp.sum(data.masses) if total_mass is None else total_mass
         a = r_h / HALF_MASS_FACTOR
         bulk = jnp.mean(data.velocities, axis=0)
-        k = jnp.sum((data.velocities - bulk) ** 2, axis=-1) * jnp.sqrt(radius**2 + a**2) / (G * M)
-        values["Q"] = jnp.maximum(jnp.mean(k), 1.1 * jnp.max(k) / 4.0)
+        scale = jnp.sqrt(radius**2 + a**2) / (G * M)
+        if data.line_of_sight:
+            # <v_z^2> = <v^2> / 3; errors add e^2 to it (not to the edge bound).
+            e2 = 0.0 if data.velocity_errors is None else data.velocity_errors**2
+            moment = jnp.mean(3.0 * jnp.maximum((data.velocities - bulk) ** 2 - e2, 0.0) * scale)
+            k = (data.velocities - bulk) ** 2 * scale
+        else:
+            k = jnp.sum((data.velocities - bulk) ** 2, axis=-1) * scale
+            moment = jnp.mean(k)
+        values["Q"] = jnp.maximum(moment, 1.1 * jnp.max(k) / 4.0)
         values["bulk_velocity"] = bulk
     return values

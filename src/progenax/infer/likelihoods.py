@@ -85,12 +85,14 @@ def plummer_velocity_logpdf(
     return np.log(VELOCITY_NORM) - 1.5 * jnp.log(w2) + _log_edge_factor(v2 / w2, 3.5)
 
 
-def depth_integral(u: ArrayLike) -> Array:
-    r"""$I(u) = 2\int_0^{\arccos u} (\cos\theta - u)^{7/2} \sec^2\theta\, d\theta$ for u in [0, 1).
+def depth_integral(u: ArrayLike, power: float = 3.5) -> Array:
+    r"""$I_p(u) = 2\int_0^{\arccos u} (\cos\theta - u)^{p} \sec^2\theta\, d\theta$ for u in [0, 1).
 
-    With $\theta = \theta_{\max}(1 - s^2)$ the integrand's $(\theta_{\max} - \theta)^{7/2}$
-    end becomes a smooth $s^8$, and 32 fixed Gauss-Legendre nodes in s on [0, 1]
-    reach a relative error below 1e-12. Returns 0 for u >= 1.
+    $p = 7/2$ for 3D velocities, $9/2$ for line-of-sight ones
+    (`progenax.infer.los`). With $\theta = \theta_{\max}(1 - s^2)$ the integrand's
+    $(\theta_{\max} - \theta)^{p}$ end becomes a smooth $s^{2p}$, and 32 fixed
+    Gauss-Legendre nodes in s on [0, 1] reach a relative error below 1e-12.
+    Returns 0 for u >= 1.
     """
     u = jnp.asarray(u)
     inside = u < 1.0
@@ -99,7 +101,7 @@ def depth_integral(u: ArrayLike) -> Array:
     s = 0.5 * (1.0 + _I_NODES)
     theta = theta_max * (1.0 - s**2)
     c = jnp.cos(theta)
-    integrand = jnp.clip(c - u_safe[..., None], 0.0) ** 3.5 / c**2 * 2.0 * theta_max * s
+    integrand = jnp.clip(c - u_safe[..., None], 0.0) ** power / c**2 * 2.0 * theta_max * s
     value = 2.0 * 0.5 * jnp.sum(_I_WEIGHTS * integrand, axis=-1)
     return jnp.where(inside, value, 0.0)
 

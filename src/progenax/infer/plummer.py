@@ -35,6 +35,7 @@ from .likelihoods import (
     plummer_projected_velocity_logpdf,
     plummer_velocity_logpdf,
 )
+from .los import plummer_los_error_logpdf, plummer_los_logpdf, plummer_projected_los_logpdf
 
 LIKELIHOODS = ("unbinned",)
 PARAMETERS = ("r_h", "alpha", "Q")
@@ -42,20 +43,22 @@ FRAME_PARAMETERS = ("centre", "bulk_velocity")
 KROUPA_RANGE = (0.08, 100.0)
 
 
-def default_priors(projected: bool = False) -> dict[str, dist.Distribution]:
+def default_priors(projected: bool = False, line_of_sight: bool = False) -> dict[str, dist.Distribution]:
     """The default priors.
 
     r_h ~ LogUniform(0.1, 10) pc, alpha ~ Uniform(1.6, 3.5), Q ~ Uniform(0.2, 1);
     the frame: each coordinate of `centre` ~ Normal(0, 10 pc) (2 coordinates for
-    projected data) and of `bulk_velocity` ~ Normal(0, 10 km/s), broad next to
-    their posterior widths (about a / sqrt(n) and sigma / sqrt(n)).
+    projected data) and of `bulk_velocity` ~ Normal(0, 10 km/s) (a scalar for
+    line-of-sight velocities), broad next to their posterior widths (about
+    a / sqrt(n) and sigma / sqrt(n)).
     """
+    bulk = dist.Normal(0.0, 10.0)
     return {
         "r_h": dist.LogUniform(0.1, 10.0),
         "alpha": dist.Uniform(1.6, 3.5),
         "Q": dist.Uniform(0.2, 1.0),
         "centre": dist.Normal(0.0, 10.0).expand([2 if projected else 3]).to_event(1),
-        "bulk_velocity": dist.Normal(0.0, 10.0).expand([3]).to_event(1),
+        "bulk_velocity": bulk if line_of_sight else bulk.expand([3]).to_event(1),
     }
 
 
@@ -74,8 +77,9 @@ def plummer_log_likelihood(
 
     **Arguments:**
 
-    - `data`: an `ObservedCluster` (3D or projected positions; velocities and
-      masses optional).
+    - `data`: an `ObservedCluster` (3D or projected positions; 3D or
+      line-of-sight velocities, the latter optionally with per-star errors;
+      velocities and masses optional).
     - `r_h`: 3D half-mass radius (pc); `alpha`: Kroupa high-mass slope; `Q`:
       virial ratio (velocity scale sqrt(2Q) times the equilibrium DF's).
     - `total_mass`: M in Msun for the potential; default the sum of `data.masses`
@@ -83,8 +87,8 @@ def plummer_log_likelihood(
     - `G`: gravitational constant in pc Msun^-1 (km/s)^2.
     - `centre`: the cluster centre (pc; (3,), or (2,) for projected data),
       subtracted from the positions; default the origin.
-    - `bulk_velocity`: the cluster's mean motion (km/s, (3,)), subtracted from
-      the velocities; default zero.
+    - `bulk_velocity`: the cluster's mean motion (km/s, (3,); a scalar for
+      line-of-sight velocities), subtracted from the velocities; default zero.
 
     **Returns:** sum over stars of the log-densities (module docstring).
     Masses do not enter when `data.masses` is None, nor velocities without
@@ -97,7 +101,9 @@ def plummer_log_likelihood(
     if data.velocities is not None:
         M = _total_mass(data, total_mass)
         v = data.velocities if bulk_velocity is None else data.velocities - bulk_velocity
-        if data.projected:
+        if data.line_of_sight:
+            total += jnp.sum(_plummer_los_terms(data, x, v, a, M, Q, G))
+        elif data.projected:
             total += jnp.sum(plummer_projected_velocity_logpdf(x, v, a, M, Q, G))
         else:
             r = jnp.sqrt(jnp.sum(x**2, axis=-1))
@@ -111,6 +117,19 @@ def plummer_log_likelihood(
     return total
 
 
+def _plummer_los_terms(data, x, v, a, M, Q, G):
+    """Per-star log p(position, v_los) (module `progenax.infer.los`)."""
+    if data.projected:
+        return plummer_projected_los_logpdf(x, v, a, M, Q, G, data.velocity_errors)
+    r2 = jnp.sum(x**2, axis=-1)
+    w = jnp.sqrt(4.0 * Q * G * M / jnp.sqrt(r2 + a**2))
+    if data.velocity_errors is None:
+        log_v = plummer_los_logpdf(v, w)
+    else:
+        log_v = plummer_los_error_logpdf(v, data.velocity_errors, w)
+    return plummer_position_logpdf(x, a) + log_v
+
+
 def _total_mass(data: ObservedCluster, total_mass: ArrayLike | None) -> Array:
     if total_mass is not None:
         return jnp.asarray(total_mass)
@@ -119,16 +138,31 @@ def _total_mass(data: ObservedCluster, total_mass: ArrayLike | None) -> Array:
     return jnp.sum(data.masses)
 
 
-def check_model_arguments(data, likelihood: str, priors: Mapping | None) -> dict[str, dist.Distribution]:
-    """Eager checks of the model's static arguments and data; returns the merged priors."""
-    if likelihood not in LIKELIHOODS:
-        raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
+def check_model_arguments(
+    data, likelihood, priors: Mapping | None, names=PARAMETERS + FRAME_PARAMETERS, defaults=None
+) -> dict[str, dist.Distribution]:
+    """Eager checks of the model's static arguments and data; returns the merged priors.
+
+    `defaults(projected, line_of_sight)` gives the default priors (`default_priors`).
+    """
+    from .mock import MockLikelihood
+
+    if isinstance(likelihood, str) and likelihood == "mock":
+        raise ValueError(
+            "likelihood='mock' needs its covariance computed before sampling: pass "
+            "likelihood=progenax.infer.mock_likelihood(data, model, ...) instead of the string"
+        )
+    if not isinstance(likelihood, MockLikelihood) and likelihood not in LIKELIHOODS:
+        raise ValueError(
+            f"likelihood must be one of {LIKELIHOODS} or a MockLikelihood (progenax.infer.mock_likelihood), "
+            f"got {likelihood!r}"
+        )
     if not isinstance(data, ObservedCluster):
         raise ValueError(f"data must be an ObservedCluster (see progenax.infer.observe), got {type(data).__name__}")
-    merged = default_priors(data.projected)
+    merged = (defaults or default_priors)(data.projected, data.line_of_sight)
     for name, prior in dict(priors or {}).items():
-        if name not in PARAMETERS + FRAME_PARAMETERS:
-            raise ValueError(f"priors may only name {PARAMETERS + FRAME_PARAMETERS}, got {name!r}")
+        if name not in names:
+            raise ValueError(f"priors may only name {tuple(names)}, got {name!r}")
         if not isinstance(prior, dist.Distribution):
             raise ValueError(f"priors[{name!r}] must be a numpyro Distribution, got {prior!r}")
         merged[name] = prior
@@ -164,8 +198,10 @@ def plummer_model(
     **Arguments:**
 
     - `data`: an `ObservedCluster` (`progenax.infer.observe(ic)`).
-    - `likelihood`: "unbinned" (the exact likelihood; the mock-observation one is
-      not implemented yet).
+    - `likelihood`: "unbinned" (the exact likelihood), or a `MockLikelihood`
+      from `progenax.infer.mock_likelihood(data, "plummer", ...)`: the Gaussian
+      synthetic likelihood of summary statistics of the forward-modelled cluster
+      (`progenax.infer.mock`; the frame is not fitted then).
     - `priors`: dict of numpyro distributions keyed by "r_h", "alpha", "Q",
       "centre", "bulk_velocity".
     - `fit_frame`: also fit the centre (sites `"centre"`, pc) and, with
@@ -186,7 +222,15 @@ def plummer_model(
     mcmc.run(jax.random.PRNGKey(1), data)
     ```
     """
+    from .mock import MockLikelihood, mock_factor
+
     merged = check_model_arguments(data, likelihood, priors)
+    if isinstance(likelihood, MockLikelihood):
+        if likelihood.model != "plummer":
+            raise ValueError(f"this MockLikelihood was built for model {likelihood.model!r}, not 'plummer'")
+        params = {p: numpyro.sample(p, merged[p], infer={INIT_KEY: likelihood.fiducial[p]}) for p in PARAMETERS}
+        mock_factor(likelihood, "plummer", params)
+        return
     start = plummer_initial_values(data, total_mass, G)
 
     def site(name):

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from .._types import ArrayLike, Key
 from ..builders import plummer_builder
+from ..king_builders import king_builder
 from .data import ObservedCluster, observe
 
 
@@ -32,6 +33,8 @@ def simulate_plummer(
     Q: ArrayLike = 0.5,
     exact_virial: bool = False,
     projected: bool = False,
+    velocities: bool | str = True,
+    velocity_error: float | None = None,
 ) -> ObservedCluster:
     """An observed Plummer cluster of n stars (pc, km/s, Msun) from `plummer_builder`.
 
@@ -43,15 +46,45 @@ def simulate_plummer(
       the likelihood assumes; True uses the builder's exact T/|W| = Q rescaling
       (the realised Q is then exactly Q, which the likelihood does not model).
     - `projected`: observe only the (x, y) positions.
+    - `velocities`, `velocity_error`: as for `observe` ("los" keeps the
+      line-of-sight component; `velocity_error` adds Gaussian errors to it).
 
     **Returns:** an `ObservedCluster` with positions, velocities and masses.
     """
     if isinstance(key, int):
         key = jax.random.PRNGKey(key)
+    k_err = jax.random.fold_in(key, 1)  # error draws; the build uses `key` itself
     if exact_virial:
         ic = plummer_builder(key, n=n, r_h=r_h, alpha=alpha, Q=Q)
     else:
         ic = plummer_builder(key, n=n, r_h=r_h, alpha=alpha, Q=None)
         ic = eqx.tree_at(lambda c: c.state.velocities, ic, ic.state.velocities * jnp.sqrt(2.0 * jnp.asarray(Q)))
-    return observe(ic, projected=projected)
+    return observe(ic, projected=projected, velocities=velocities, velocity_error=velocity_error, key=k_err)
+
+
+def simulate_king(
+    key: Key | int,
+    *,
+    n: int,
+    r_h: ArrayLike = 1.0,
+    alpha: ArrayLike = 2.3,
+    Q: ArrayLike = 0.5,
+    W0: ArrayLike = 6.0,
+    projected: bool = False,
+    velocities: bool | str = True,
+    velocity_error: float | None = None,
+) -> ObservedCluster:
+    """An observed King cluster of n stars from `king_builder`, following the King likelihood's model.
+
+    `king_builder(..., Q=None)` draws velocities from the equilibrium DF; they are
+    multiplied by sqrt(2Q) (the likelihood's Q). Positions are about the model
+    centre, velocities in the centre-of-mass frame (as the builder leaves them).
+    Other arguments as for `simulate_plummer`.
+    """
+    if isinstance(key, int):
+        key = jax.random.PRNGKey(key)
+    k_err = jax.random.fold_in(key, 1)  # error draws; the build uses `key` itself
+    ic = king_builder(key, n=n, r_h=r_h, alpha=alpha, W0=W0, Q=None)
+    ic = eqx.tree_at(lambda c: c.state.velocities, ic, ic.state.velocities * jnp.sqrt(2.0 * jnp.asarray(Q)))
+    return observe(ic, projected=projected, velocities=velocities, velocity_error=velocity_error, key=k_err)
 
