@@ -13,6 +13,12 @@ and `king_builder` (W0 = 6, Kroupa IMF, equilibrium velocities) after compile
 
     python benchmarks/builders.py [--sizes 10000 100000 1000000] [--repeats 5]
     python benchmarks/builders.py --king-only [--king-sizes 100000 1000000]
+    python benchmarks/builders.py --fractal-only [--fractal-sizes 100000 1000000]
+
+Fractal rows (no reference): `fractal_builder` (D = 1.6, Q = 0.5) after compile,
+which above 20,000 stars scales Q with the nested-mesh P3M W, and that W alone
+(`potential_energy(method="mesh")`), wall and process (CPU) time, median of
+repeats; the machine may be shared, so process time is printed too.
 """
 
 from __future__ import annotations
@@ -87,7 +93,10 @@ def time_progenax(n: int, repeats: int) -> tuple[float, float, float]:
         t0 = time.perf_counter()
         state = jax.block_until_ready(compiled(k))
         times.append(time.perf_counter() - t0)
-    q = float(virial_ratio(state.positions, state.velocities, state.masses))
+    # Spherical W (what the builder scales with above 20,000 stars; "auto" would
+    # take the slower mesh estimate meant for substructured clusters).
+    method = "exact" if n <= progenax.diagnostics.EXACT_MAX_N else "spherical"
+    q = float(virial_ratio(state.positions, state.velocities, state.masses, method=method))
     return compile_s, statistics.median(times), q
 
 
@@ -141,16 +150,49 @@ def king_rows(sizes: list[int], repeats: int) -> None:
         print(f"{n:>9} {compile_s:>12.2f} {build_s:>9.3f} {q:>15.4f}")
 
 
+def _timed(fn, repeats):
+    """Median wall and process time of fn(i) over repeats (after a warm-up)."""
+    jax.block_until_ready(fn(0))
+    wall, cpu = [], []
+    for i in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        jax.block_until_ready(fn(i + 1))
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def fractal_rows(sizes: list[int], repeats: int) -> None:
+    from progenax.diagnostics import potential_energy
+    from progenax.fractal import fractal_builder
+
+    print(f"{'n':>9} {'fractal wall [s]':>17} {'cpu [s]':>8} {'mesh W wall [s]':>16} {'cpu [s]':>8}"
+          f" {'W mesh/spherical':>17}")
+    for n in sizes:
+        build = jax.jit(lambda key: fractal_builder(key, n=n, D=1.6, Q=0.5).state)
+        b_wall, b_cpu = _timed(lambda i: build(jax.random.PRNGKey(i)), repeats)
+        s = build(jax.random.PRNGKey(0))
+        w = jax.jit(lambda x, m: potential_energy(x, m, method="mesh"))
+        m_wall, m_cpu = _timed(lambda i: w(s.positions, s.masses), repeats)
+        ratio = float(w(s.positions, s.masses) / potential_energy(s.positions, s.masses, method="spherical"))
+        print(f"{n:>9} {b_wall:>17.2f} {b_cpu:>8.2f} {m_wall:>16.2f} {m_cpu:>8.2f} {ratio:>17.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--king-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--king-only", action="store_true", help="only the King rows")
+    parser.add_argument("--fractal-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--fractal-only", action="store_true", help="only the fractal rows")
     args = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, float64; median of {args.repeats}")
     if args.king_only:
         king_rows(args.king_sizes, args.repeats)
+        return
+    if args.fractal_only:
+        fractal_rows(args.fractal_sizes, args.repeats)
         return
     print(f"{'n':>9} {'compile [s]':>12} {'progenax [s]':>13} {'numpy ref [s]':>14} {'ratio':>7} {'Q built':>8}")
     for n in args.sizes:
@@ -162,6 +204,8 @@ def main() -> None:
     print("the NumPy reference always uses the O(n log n) spherical estimate.")
     print()
     king_rows(args.king_sizes, args.repeats)
+    print()
+    fractal_rows(args.fractal_sizes, args.repeats)
 
 
 if __name__ == "__main__":

@@ -105,3 +105,29 @@ def test_float32():
         assert ic.state.positions.dtype == jnp.float32
         assert np.all(np.isfinite(np.asarray(ic.state.positions)))
         assert np.all(np.isfinite(np.asarray(ic.state.velocities)))
+
+
+def test_virial_ratio_with_mesh_energy(monkeypatch):
+    # Issue 4: above EXACT_MAX_N the fractal scales Q with the substructure-aware
+    # mesh W (the spherical estimate gave Q = 0.36 for a request of 0.5 at
+    # n = 30,000). A cheap stand-in for the slow test below: the threshold is
+    # lowered so that n = 2000 takes the same path, then Q is measured exactly.
+    import progenax.builders
+
+    monkeypatch.setattr(progenax.builders, "EXACT_MAX_N", 1000)
+    ic = fractal_builder(jax.random.PRNGKey(4), n=2000, D=1.6, Q=0.5)
+    s = ic.state
+    q = virial_ratio(s.positions, s.velocities, s.masses, method="exact")
+    # The mesh W is within 0.3% of the exact one (tests/diagnostics), so Q is
+    # within 0.0015 of the request; the issue's bound is 0.01.
+    assert abs(float(q) - 0.5) < 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [30_000])
+def test_virial_ratio_above_exact_max_n(n):
+    # Issue 4's acceptance: exact Q within 0.01 of the request (measured 0.49991).
+    ic = fractal_builder(jax.random.PRNGKey(0), n=n, D=1.6, Q=0.5)
+    s = ic.state
+    q = virial_ratio(s.positions, s.velocities, s.masses, method="exact")
+    assert abs(float(q) - 0.5) < 0.01

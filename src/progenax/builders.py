@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from ._fusion import materialize
 from ._types import Array, ArrayLike, Key
-from .diagnostics.energy import scale_to_virial_ratio
+from .diagnostics.energy import EXACT_MAX_N, scale_to_virial_ratio
 from .imf import PowerLawIMF, kroupa, salpeter
 from .kinematics.plummer_df import sample_speed_fraction
 from .profiles.eff import (
@@ -137,19 +137,28 @@ def finish_cluster(
     units: str,
     *,
     centre_positions: bool = True,
+    large_n_energy: str = "spherical",
 ) -> InitialConditions:
     """Move to the centre-of-mass frame, scale to Q (unless None), set units.
 
     Velocities always get zero total momentum; positions are moved to the centre
     of mass unless `centre_positions=False` (heavy-tailed models keep their model
-    centre at the origin).
+    centre at the origin). W for the scaling is the exact pair sum up to
+    `EXACT_MAX_N` stars and `large_n_energy` above: "spherical" (shell theorem
+    about the model centre, 0.1% for spherical models, fast) or "mesh"
+    (nested-mesh P3M, for substructured clusters).
     """
+    if large_n_energy not in ("spherical", "mesh"):
+        raise ValueError(f"large_n_energy must be 'spherical' or 'mesh', got {large_n_energy!r}")
     velocities = _centre(velocities, masses)
     if Q is not None:
         # Positions are still about the model centre: the spherical estimate of
         # W (n > 20,000) uses it as the centre of its shells.
         origin = jnp.zeros(3, positions.dtype)
-        velocities = scale_to_virial_ratio(positions, velocities, masses, Q, G=G_PHYSICAL, centre=origin)
+        method = "exact" if masses.shape[0] <= EXACT_MAX_N else large_n_energy
+        velocities = scale_to_virial_ratio(
+            positions, velocities, masses, Q, G=G_PHYSICAL, method=method, centre=origin
+        )
     if centre_positions:
         positions = _centre(positions, masses)
     state = ParticleState(positions, velocities, masses)

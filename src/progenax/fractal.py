@@ -203,7 +203,7 @@ def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature):
             k_s, positions, v, masses, segregation, temperature=temperature, G=G_PHYSICAL
         )
         params["segregation"] = segregation
-    return finish_cluster("fractal", positions, raw_vel, masses, params, Q, units)
+    return finish_cluster("fractal", positions, raw_vel, masses, params, Q, units, large_n_energy="mesh")
 
 
 def fractal_builder(
@@ -226,9 +226,10 @@ def fractal_builder(
     mass (angles and radial order kept; see the module docstring). Velocities:
     inherited from the fractal's parents plus a random component, then (after
     optional mass segregation) moved to the centre-of-mass frame and scaled so
-    that $T/|W| = Q$ exactly; W is the exact pairwise sum up to 20,000 stars and
-    the spherical estimate above (`progenax.diagnostics.potential_energy`), which
-    for a substructured cluster is only approximate.
+    that $T/|W| = Q$; W is the exact pairwise sum up to 20,000 stars and the
+    substructure-aware nested-mesh P3M estimate above
+    (`progenax.diagnostics.potential_energy(method="mesh")`, measured within
+    0.1% of the exact W for D = 1.6, see `progenax.diagnostics.mesh`).
 
     **Arguments:**
 
