@@ -18,6 +18,7 @@ from .profiles.king import KingProfile as KingProfile
 from .profiles.king import MultiMassKingProfile as MultiMassKingProfile
 from .profiles.king import solve_king_profile as solve_king_profile
 from .profiles.king import solve_multimass_king_profile as solve_multimass_king_profile
+from .sph.relax import relax as relax
 from .state import InitialConditions as InitialConditions
 from .tidal import apply_tidal_truncation as apply_tidal_truncation
 from .tidal import jacobi_radius_flat_rotation as jacobi_radius_flat_rotation
@@ -44,6 +45,7 @@ __all__ = [
     "solve_multimass_king_profile",
     # modifiers
     "apply_tidal_truncation",
+    "relax",
     "jacobi_radius_flat_rotation",
     "jacobi_radius_point_mass",
     # containers

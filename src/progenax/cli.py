@@ -54,6 +54,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -141,6 +151,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_plot)
 
+    r = sub.add_parser("relax", help="relax a cluster towards its model density (SPH density loss)")
+    r.add_argument("path", type=Path, help="a cluster file built by progenax (.h5/.hdf5/.npz, or any with --format)")
+    r.add_argument("-o", "--output", type=Path, required=True, help="file to write the relaxed cluster to")
+    r.add_argument("--steps", type=_non_negative_int, default=200, help="relaxation steps (default 200)")
+    r.add_argument("--eta", type=float, default=1.2, help="smoothing length in local spacings (default 1.2)")
+    r.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
+    r.add_argument("--plot", type=_png_path, default=None,
+                   help="PNG of the density error against radius before and after, and a projected slice")
+    r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    r.set_defaults(func=_cmd_relax)
+
     a = sub.add_parser("audit", help="run the gradient audit of every builder")
     a.set_defaults(func=_cmd_audit)
 
@@ -227,6 +248,27 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     quicklook(ic, out)
     print(f"wrote {out}")
+    return EXIT_OK
+
+
+def _cmd_relax(args: argparse.Namespace) -> int:
+    from .io import read, summary_line, write
+    from .sph.relax import relax
+
+    if args.eta <= 0:
+        raise UsageError(f"--eta must be positive, got {args.eta}")
+    ic = read(args.path, format=args.format)
+    out_format = _checked_format(args.output, None)
+    relaxed = relax(ic, steps=args.steps, eta=args.eta, progress=args.progress)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    write(relaxed, args.output, format=out_format)
+    print(f"{summary_line(relaxed)} -> {args.output}")
+    if args.plot is not None:
+        from .plotting import relax_before_after
+
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        relax_before_after(ic, relaxed, args.plot, eta=args.eta)
+        print(f"wrote {args.plot}")
     return EXIT_OK
 
 

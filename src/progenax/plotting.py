@@ -243,3 +243,57 @@ def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
     )
     fig.savefig(path, dpi=dpi, format="png")
     return path
+
+
+def relax_before_after(before, after, path: str | os.PathLike, *, eta: float = 1.2, dpi: int = 110) -> Path:
+    r"""Write a PNG comparing a cluster before and after `progenax.relax`.
+
+    Left: the relative deviation of the SPH density from the model density,
+    $\rho_\mathrm{SPH}/\rho_\mathrm{model} - 1$, rms in log radial bins,
+    before and after. Middle and right: a projected slice ($|z| < r_h / 4$)
+    of the positions before and after. Both clusters in physical units.
+    """
+    import jax.numpy as jnp
+    from matplotlib.figure import Figure
+
+    from .sph.relax import adaptive_density, model_density, smoothing_lengths, tracer_masses
+
+    path = Path(path)
+    before, after = before.to_physical(), after.to_physical()
+    target = model_density(before)
+    fig = Figure(figsize=(15.5, 4.8), layout="constrained")
+    ax_err, ax_b, ax_a = fig.subplots(1, 3)
+    r_h = _half_mass_radius(np.linalg.norm(np.asarray(before.state.positions), axis=1), np.asarray(before.state.masses))
+    for ic, label, color in ((before, "before", "C0"), (after, "after", "C3")):
+        x = ic.state.positions
+        m = tracer_masses(ic)
+        h, rho_t, live = smoothing_lengths(x, m, target, eta)
+        r = np.linalg.norm(np.asarray(x), axis=1)
+        # Densities where relaxation works (live) and inside 3 r_h only: a
+        # far-out star's kernel ball holds much of the cluster.
+        shown = np.asarray(live) | (r < 3 * r_h)
+        rel = np.asarray(adaptive_density(x, m, h, query=shown) / rho_t - 1.0)
+        r, rel = r[shown], rel[shown]
+        edges = np.geomspace(max(np.percentile(r, 0.5), 1e-6), np.percentile(r, 99.5), 25)
+        idx = np.digitize(r, edges)
+        centres, rms = [], []
+        for k in range(1, len(edges)):
+            sel = idx == k
+            if sel.sum() >= 10:
+                centres.append(np.sqrt(edges[k - 1] * edges[k]))
+                rms.append(np.sqrt(np.mean(rel[sel] ** 2)))
+        inside = r < 3 * r_h
+        total = np.sqrt(np.mean(rel[inside] ** 2))
+        ax_err.plot(centres, rms, "o-", color=color, label=f"{label}: rms {100 * total:.2f}% inside 3 r_h")
+    ax_err.set(xscale="log", yscale="log", xlabel="r [pc]", ylabel=r"rms of $\rho_{SPH}/\rho_{model} - 1$")
+    ax_err.axvline(3 * r_h, color="0.6", ls=":", lw=1)
+    ax_err.legend(fontsize=8)
+    for ax, ic, label in ((ax_b, before, "before"), (ax_a, after, "after")):
+        x = np.asarray(ic.state.positions)
+        sel = (np.abs(x[:, 2]) < r_h / 4) & (np.abs(x[:, 0]) < 2 * r_h) & (np.abs(x[:, 1]) < 2 * r_h)
+        ax.scatter(x[sel, 0], x[sel, 1], s=1, color="k", alpha=0.6, linewidths=0)
+        ax.set(aspect="equal", xlim=(-2 * r_h, 2 * r_h), ylim=(-2 * r_h, 2 * r_h), xlabel="x [pc]", ylabel="y [pc]",
+               title=f"{label}: slice |z| < r_h/4 ({int(sel.sum())} stars)")
+    fig.suptitle(f"{before.model}: N = {before.n}, relaxation")
+    fig.savefig(path, dpi=dpi, format="png")
+    return path

@@ -190,3 +190,11 @@ def test_bad_input_is_reported():
         density(x, 1.0, 0.5, box=jnp.ones(2))
     with pytest.raises(ValueError, match="h must be positive"):
         density(x, 1.0, -0.5)
+
+
+def test_constant_h_closed_over_under_jit():
+    """A Python-float h closed over by a jitted function used to trip the
+    eager positivity check (its comparison is traced under jit)."""
+    x = jax.random.uniform(jax.random.PRNGKey(0), (200, 2)) * 4.0
+    rho = jax.jit(lambda x: density(x, 1.0, 0.3, box=4.0))(x)
+    np.testing.assert_allclose(rho, density(x, 1.0, 0.3, box=4.0), rtol=1e-14)

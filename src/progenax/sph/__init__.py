@@ -7,5 +7,19 @@ from .density import density_loss as density_loss
 from .kernels import KERNELS as KERNELS
 from .kernels import kernel_gradient as kernel_gradient
 from .kernels import kernel_value as kernel_value
+from .relax import adaptive_density as adaptive_density
+from .relax import model_density as model_density
+from .relax import relax as relax
 
-__all__ = ["CellList", "KERNELS", "build_cell_list", "density", "density_loss", "kernel_gradient", "kernel_value"]
+__all__ = [
+    "CellList",
+    "KERNELS",
+    "adaptive_density",
+    "build_cell_list",
+    "density",
+    "density_loss",
+    "kernel_gradient",
+    "kernel_value",
+    "model_density",
+    "relax",
+]

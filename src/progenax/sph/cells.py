@@ -110,14 +110,27 @@ def _static_cells_per_axis(n: int, dim: int, k: int, kx: int, max_cells: int | N
     return (along_x,) + (rest,) * (dim - 1)
 
 
-def _grid(positions: Array, reach: Array, box: Array | None, per_reach: Array, n_max: Array):
-    """Cell side per axis, cells per axis (traced ints) and the lower corner."""
+def _grid(positions: Array, reach: Array, box: Array | None, per_reach: Array, n_max: Array, query: Array | None):
+    """Cell side per axis, cells per axis (traced ints) and the lower corner.
+
+    Open boundaries: the grid covers the queries' bounding box widened by the
+    reach (all particles when `query` is None); sources outside it are too far
+    from every query to matter.
+    """
     ideal = reach / per_reach * _CELL_SAFETY
     if box is not None:
         counts = jnp.clip(jnp.floor(box / ideal), 1, n_max).astype(jnp.int32)
         return box / counts, counts, jnp.zeros_like(box)
-    lo = jnp.min(positions, axis=0)
-    extent = jnp.max(positions, axis=0) - lo
+    if query is None:
+        lo = jnp.min(positions, axis=0)
+        hi = jnp.max(positions, axis=0)
+    else:
+        any_query = jnp.any(query)
+        inf = jnp.asarray(jnp.inf, positions.dtype)
+        lo = jnp.min(jnp.where(query[:, None], positions, inf), axis=0) - reach
+        hi = jnp.max(jnp.where(query[:, None], positions, -inf), axis=0) + reach
+        lo, hi = jnp.where(any_query, lo, 0.0), jnp.where(any_query, hi, 0.0)
+    extent = hi - lo
     side = jnp.maximum(ideal, extent / n_max * _CELL_SAFETY)
     counts = jnp.clip(jnp.floor(extent / side).astype(jnp.int32) + 1, 1, n_max)
     return side, counts, lo
@@ -173,6 +186,8 @@ def build_cell_list(
     x_cells_per_reach: int = 4,
     max_cells: int | None = None,
     chunk: int = 16,
+    query: Array | None = None,
+    query_reach: Array | None = None,
 ) -> CellList:
     """Sort `positions` (N, d) into cells and list every particle's candidate runs.
 
@@ -181,31 +196,45 @@ def build_cell_list(
     or the periodic lengths (d,). Static knobs: `cells_per_reach` (k: cells of
     side ≥ reach/k along y, z, reading ±k rows), `x_cells_per_reach` (finer x
     cells trim each row's run) and `max_cells` (bound on the number of cells).
+
+    Optional, for grids that serve one band of smoothing lengths: `query`
+    (N,) bool selects the particles whose runs are listed (the others get
+    none; every particle is still a source), and `query_reach` (N,) ≤ `reach`
+    trims each query's runs to its own ball. Every source closer than its
+    query's reach is then a candidate of that query.
     """
     n, dim = positions.shape
     k, kx = int(cells_per_reach), int(x_cells_per_reach)
     n_max = _static_cells_per_axis(n, dim, k, kx, max_cells)
     per_reach = jnp.asarray((kx,) + (k,) * (dim - 1), positions.dtype)
     periodic = box is not None
-    side, counts, lo = _grid(positions, reach, box, per_reach, jnp.asarray(n_max))
+    side, counts, lo = _grid(positions, reach, box, per_reach, jnp.asarray(n_max), query)
     raw = jnp.floor((positions - lo) / side).astype(jnp.int32)
     coords = jnp.mod(raw, counts) if periodic else jnp.clip(raw, 0, counts - 1)
     strides = jnp.concatenate([jnp.ones(1, jnp.int32), jnp.cumprod(counts)[:-1]])
     cell = jnp.sum(coords * strides, axis=1)
-
     n_cells = int(np.prod(n_max))
-    sorted_cell, order = _sort_by_cell(cell, n_cells)
+    if query is not None and not periodic:
+        # Sources off the (query-sized) grid go to a void cell past the last
+        # row: sorted to the end, never inside a run.
+        on_grid = jnp.all((raw >= 0) & (raw < counts), axis=1)
+        cell = jnp.where(on_grid, cell, n_cells)
+
+    sorted_cell, order = _sort_by_cell(cell, n_cells + 1)
     sorted_positions = positions[order].T
     sorted_coords = coords[order]
     # Fraction of its cell each particle sits at, along each axis, in [0, 1].
     wrapped = sorted_positions.T if box is None else jnp.mod(sorted_positions.T, box)
     frac = jnp.clip((wrapped - lo) / side - sorted_coords, 0.0, 1.0)
     # cell_start[c] = number of particles in cells < c.
-    per_cell = jnp.zeros(n_cells + 1, jnp.int32).at[sorted_cell + 1].add(1, indices_are_sorted=True)
+    per_cell = jnp.zeros(n_cells + 2, jnp.int32).at[sorted_cell + 1].add(1, indices_are_sorted=True)
     cell_start = jnp.cumsum(per_cell, dtype=jnp.int32)
 
     rows = _RowIndex(cell_start, counts[0], periodic)
-    begin, length = _candidate_runs(sorted_coords, frac, side, reach, counts, strides, rows, k)
+    own_reach = reach if query_reach is None else query_reach[order]
+    begin, length = _candidate_runs(sorted_coords, frac, side, own_reach, counts, strides, rows, k)
+    if query is not None:
+        length = jnp.where(query[order][:, None], length, 0)
     own_row = sorted_cell // counts[0]
     sorted_index = jnp.arange(n, dtype=jnp.int32)
     self_index = rows.start(own_row) + sorted_index if periodic else sorted_index
@@ -287,7 +316,7 @@ def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex,
             gap2 = gap2 + jnp.where(trim, gap * gap, 0.0)
             row = row + jnp.clip(r, 0, counts[axis] - 1) * (strides[axis] // nx)
         valid &= gap2 < reach * reach
-        half_width = jnp.sqrt(jnp.maximum(reach * reach - gap2, 0.0)) / side[0]
+        half_width = jnp.sqrt(jnp.maximum(reach * reach - gap2, 0.0)) / side[0]  # reach: scalar or (N,)
         lo = cx + jnp.floor(frac[:, 0] - half_width).astype(jnp.int32)
         hi = cx + jnp.floor(frac[:, 0] + half_width).astype(jnp.int32)
         if rows.periodic:

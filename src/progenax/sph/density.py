@@ -65,7 +65,10 @@ def _prepare(positions, masses, h, box, kernel, backend):
     h = jnp.asarray(h, dtype)
     if not h_uniform:
         h = _per_particle("h", h, n, dtype)
-    if not isinstance(h, jax.core.Tracer) and not bool(jnp.all(h > 0)):
+    # Test the comparison, not h: under jit a closed-over constant h is
+    # concrete while the comparison built from it is traced.
+    positive = jnp.all(h > 0)
+    if not isinstance(positive, jax.core.Tracer) and not bool(positive):
         raise ValueError("h must be positive")
     if box is not None:
         if jnp.ndim(box) not in (0, 1) or jnp.size(box) not in (1, dim):

@@ -1,0 +1,154 @@
+"""Relaxation quality, speed and memory: `python benchmarks/relax.py`.
+
+Prints, for each case, the rms relative deviation of the SPH density from the
+target before and after relaxation (inside 3 r_h for clusters), the change of
+the half-mass radius, the wall time of the relaxation, and the cell list's
+pair slots per particle against the exact neighbour count. Each case runs in
+its own process so peak memory (ru_maxrss) is per case.
+
+    python benchmarks/relax.py --case plummer --n 100000 --steps 100
+    python benchmarks/relax.py --case all
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+CASES = ("box2d", "box3d", "plummer", "king9")
+
+
+def _rms(values):
+    import jax.numpy as jnp
+
+    return float(jnp.sqrt(jnp.mean(values**2)))
+
+
+def _slots_and_neighbours(x, m, h, box, n_bands, dim, query=None):
+    """Pair slots per particle the banded cell lists evaluate, and the exact
+    neighbour count (pairs closer than 2h_i, self included), mean over the
+    particles relaxation moves (`query`, default all)."""
+    import jax
+    import jax.numpy as jnp
+
+    from progenax.sph.cells import candidate_counts
+    from progenax.sph.pairs import build_bands, pair_sum, safe_distance
+
+    support = 2.0 * h
+    bands = build_bands(x, support, box=box, n_bands=n_bands, query=query)
+    slots = 0.0
+    for b in range(n_bands):
+        cells = jax.tree_util.tree_map(lambda a: a[b], bands.cells)
+        counts = candidate_counts(cells)[cells.by_workload]
+        n = counts.shape[0]
+        size = -(-n // bands.groups)
+        for g in range(bands.groups):
+            lo, hi = g * size, min((g + 1) * size, n)
+            if hi > lo:
+                slots += (hi - lo) * float(-(-jnp.max(counts[lo:hi]) // bands.chunk) * bands.chunk)
+    counted = pair_sum(_count_pair, bands, {"x": x, "h": h}, 1)[:, 0]
+    n_query = x.shape[0] if query is None else int(jnp.sum(query))
+    return slots / n_query, float(jnp.sum(counted)) / n_query
+
+
+def _count_pair(a_i, a_j, dx):
+    import jax.numpy as jnp
+
+    from progenax.sph.pairs import safe_distance
+
+    r = safe_distance(dx)
+    return (r < 2.0 * a_i["h"]).astype(a_i["h"].dtype)[..., None] * jnp.ones_like(a_j["h"])[..., None], None
+
+
+def run_case(case: str, n: int, steps: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    import progenax
+    from progenax.diagnostics import half_mass_radius
+    from progenax.sph.relax import adaptive_density, model_density, relax, smoothing_lengths, tracer_masses
+
+    eta = 1.2
+    if case.startswith("box"):
+        dim = 2 if case == "box2d" else 3
+        rho0, box = float(n), 1.0
+        x0 = jax.random.uniform(jax.random.PRNGKey(0), (n, dim))
+        m = jnp.full(n, rho0 / n)
+        h = jnp.full(n, eta * (1.0 / n) ** (1.0 / dim))
+        err = lambda x: adaptive_density(x, m, h, box=box, n_bands=1) / rho0 - 1.0
+        before = _rms(err(x0))
+        t0 = time.perf_counter()
+        x = relax(x0, target=rho0, box=box, steps=steps)
+        x.block_until_ready()
+        wall = time.perf_counter() - t0
+        after = _rms(err(x))
+        slots, neighbours = _slots_and_neighbours(x, m, h, jnp.full(dim, box), 1, dim)
+        return dict(case=case, n=n, steps=steps, before=before, after=after, wall_s=wall,
+                    slots=slots, neighbours=neighbours)
+    if case == "plummer":
+        ic = progenax.plummer_builder(0, n=n)
+    else:
+        ic = progenax.king_builder(0, n=n, W0=9.0)
+    target = model_density(ic)
+    m = tracer_masses(ic)
+
+    def err(ic_now):
+        x = ic_now.state.positions
+        h, rho_t, _ = smoothing_lengths(x, m, target, eta)
+        inside = jnp.linalg.norm(x, axis=1) < 3.0 * ic.params["r_h"]
+        rel = adaptive_density(x, m, h, query=inside) / rho_t - 1.0
+        return rel[inside]
+
+    r_h0 = float(half_mass_radius(ic.state.positions, ic.state.masses))
+    before = _rms(err(ic))
+    t0 = time.perf_counter()
+    out = relax(ic, steps=steps)
+    out.state.positions.block_until_ready()
+    wall = time.perf_counter() - t0
+    after = _rms(err(out))
+    r_h1 = float(half_mass_radius(out.state.positions, ic.state.masses))
+    x = out.state.positions
+    h, _, live = smoothing_lengths(x, m, target, eta)
+    slots, neighbours = _slots_and_neighbours(x, m, h, None, 8, 3, live)
+    return dict(case=case, n=n, steps=steps, before=before, after=after, wall_s=wall,
+                r_h_change=r_h1 / r_h0 - 1.0, slots=slots, neighbours=neighbours)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", default="all", choices=CASES + ("all",))
+    parser.add_argument("--n", type=int, default=None, help="particles (default: the issue's sizes)")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    defaults = {"box2d": (10_000, 200), "box3d": (32**3, 200), "plummer": (100_000, 100), "king9": (100_000, 100)}
+    if args.child:
+        n, steps = args.n, args.steps
+        result = run_case(args.case, n, steps)
+        result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+        print(json.dumps(result))
+        return
+    cases = CASES if args.case == "all" else (args.case,)
+    print(f"{'case':<8} {'N':>8} {'steps':>5} {'rms before':>10} {'rms after':>10} {'r_h change':>10} "
+          f"{'wall s':>7} {'slots/ptcl':>10} {'neighbours':>10} {'peak GB':>7}")
+    for case in cases:
+        n, steps = defaults[case]
+        n, steps = args.n or n, args.steps or steps
+        out = subprocess.run([sys.executable, __file__, "--child", "--case", case, "--n", str(n), "--steps", str(steps)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            print(case, "failed:", out.stderr[-2000:])
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        change = f"{100 * r['r_h_change']:+.2f}%" if "r_h_change" in r else "-"
+        print(f"{case:<8} {n:>8} {steps:>5} {100 * r['before']:>9.2f}% {100 * r['after']:>9.2f}% {change:>10} "
+              f"{r['wall_s']:>7.1f} {r['slots']:>10.1f} {r['neighbours']:>10.1f} {r['peak_rss_gb']:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()

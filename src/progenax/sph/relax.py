@@ -1,0 +1,573 @@
+r"""Relaxation: move particles until their SPH density matches a target profile.
+
+`relax` minimises the density loss
+
+$$\mathcal{L}(x) = \sum_i \bigl(\rho_i(x) - \rho_t(x_i)\bigr)^2,\qquad
+\rho_i = \sum_j m_j W(|x_i - x_j|, h_i),$$
+
+with adaptive smoothing lengths $h_i = \eta\,\ell_i$, $\ell_i = (m_i /
+\rho_t(x_i))^{1/d}$ the local interparticle spacing the target asks for (so
+every particle keeps about the same number of neighbours, about 58 in 3D and
+18 in 2D at $\eta = 1.2$ with the cubic spline's support $2h$).
+
+**The update** is heavy-ball gradient descent, preconditioned per particle so
+that a step is measured in units of the local spacing:
+
+$$g_i = \partial\mathcal{L}/\partial x_i\big|_{h,\,\rho_t},\qquad
+v_i \leftarrow \mu v_i - \tau_t\, \frac{\ell_i^2}{\rho_{t,i}^2}\, g_i,\qquad
+|v_i| \le c\,\ell_i,\qquad x_i \leftarrow x_i + v_i,$$
+
+with momentum $\mu$ (0.9), step size $\tau_t$ decaying on a cosine schedule
+from `step_size` (1.0) to 1% of it over the run, and a cap $c$ (0.3) on the
+displacement per step. $g$ is taken at fixed $h_i$ and fixed $\rho_{t,i}$: the
+smoothing lengths and targets follow the particles between steps, not inside
+one. Dropping the target's own slope, $-2(\rho_i - \rho_{t,i})\nabla\rho_t(x_i)$,
+from $g$ is deliberate: a particle in the sparse outskirts, whose SPH density
+is mostly its own self term and so below the target, would otherwise lower
+its loss by running down the profile to ever lower targets, with steps that
+grow with the local spacing (a Plummer halo ran away to $10^{31}$ pc within
+11 steps). Without it particles move only against each other, as under a
+pressure.
+
+Measured on a periodic 2D box of 10,000 particles from a uniform random
+start, 200 steps: rms relative density error 0.25% with these settings, 0.34%
+with (step 0.5, momentum 0.9), 0.78% with (0.3, 0.8); Adam (optax,
+cosine-decayed, best of two learning rates) stopped at 1.37%, plain gradient
+descent without momentum at 3.2% after 100 steps, and larger steps without
+the cap diverge.
+
+**Fixed work, no stopping rule**: the steps run in a `lax.scan`, so `relax`
+works under `jit`, `vmap` and `grad`. The scan is checkpointed on two levels
+(blocks of about $\sqrt{\text{steps}}$ steps, and each step), so the memory
+of `jax.grad` through the whole relaxation is that of about
+$2\sqrt{\text{steps}}$ copies of the positions plus one step's working set.
+Each step is differentiable end to end: the neighbour sums are
+`sph.pairs.pair_sum` passes with their own reverse pass.
+
+The total mass, every mass and the centre of mass are preserved (open
+boundaries: the mass-weighted mean displacement is removed at every step),
+and for a cluster relaxed towards its own model the sorted radii too
+(`keep_radii`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._types import Array, ArrayLike
+from .kernels import SUPPORT, get_kernel
+from .pairs import build_bands, pair_sum, safe_distance
+
+VELOCITY_MODES = ("keep", "resample")
+FINAL_STEP_FRACTION = 0.01  # the cosine schedule ends at 1% of step_size
+
+
+@dataclasses.dataclass(frozen=True)
+class RelaxSettings:
+    """Static settings of a relaxation (see `relax` for their meaning)."""
+
+    steps: int = 200
+    eta: float = 1.2
+    step_size: float = 1.0
+    momentum: float = 0.9
+    max_step: float = 0.3
+    kernel: str = "cubic"
+    n_bands: int = 8
+    band_ratio: float = 2.0
+    cells_per_reach: int = 2
+    chunk: int = 16
+    groups: int = 128
+
+
+# -- pair functions (module level: static arguments of pair_sum) ----------------
+@functools.lru_cache(maxsize=None)
+def _density_pair(kernel_name: str, dim: int):
+    kernel = get_kernel(kernel_name)
+
+    def pair(a_i, a_j, dx):
+        r = safe_distance(dx)
+        return (a_j["m"] * kernel.value(r, a_i["h"], dim))[..., None], None
+
+    return pair
+
+
+@functools.lru_cache(maxsize=None)
+def _loss_gradient_pair(kernel_name: str, dim: int):
+    """Action and reaction of the loss gradient at fixed h:
+    ∂L/∂x_i gets e_i m_j F(r, h_i)(x_i - x_j) and ∂L/∂x_j minus that, with
+    e_i = 2(ρ_i - ρ_t,i) and F = W'(r)/r."""
+    kernel = get_kernel(kernel_name)
+
+    def pair(a_i, a_j, dx):
+        r = safe_distance(dx)
+        coef = a_i["e"] * a_j["m"] * kernel.gradient_factor(r, a_i["h"], dim)
+        to_i = jnp.stack([coef * d for d in dx], axis=-1)
+        return to_i, -to_i
+
+    return pair
+
+
+def adaptive_density(positions: Array, masses: Array, h: Array, *, box: Array | None = None, kernel: str = "cubic",
+                     query: Array | None = None, n_bands: int = 8, band_ratio: float = 2.0,
+                     cells_per_reach: int = 2, chunk: int = 16, groups: int = 128) -> Array:
+    r"""SPH density $\rho_i = \sum_j m_j W(|x_i - x_j|, h_i)$ with per-particle h,
+    on banded cell lists (`sph.pairs`): efficient when h varies by up to
+    `band_ratio ** n_bands` across the particles, exact for any h.
+
+    Arguments as in `progenax.sph.density` (masses and h scalars or per
+    particle, (N,)); `query` (N,) bool limits the work to those particles
+    (the others' densities come out 0). Differentiable in positions, masses and h, also inside a
+    `lax.scan` that is itself differentiated (its reverse pass is plain array
+    code). Jitted once per static configuration.
+    """
+    positions = jnp.asarray(positions)
+    if not jnp.issubdtype(positions.dtype, jnp.floating):
+        positions = positions.astype(jnp.result_type(float))
+    n, dim = positions.shape
+    masses = jnp.broadcast_to(jnp.asarray(masses, positions.dtype), (n,))
+    h = jnp.broadcast_to(jnp.asarray(h, positions.dtype), (n,))
+    if box is not None:
+        box = jnp.broadcast_to(jnp.asarray(box, positions.dtype), (dim,))
+    fn = _adaptive_density_fn(kernel, int(n_bands), float(band_ratio), int(cells_per_reach), int(chunk), int(groups))
+    return fn(positions, masses, h, box, None if query is None else jnp.asarray(query, bool))
+
+
+@functools.lru_cache(maxsize=None)
+def _adaptive_density_fn(kernel, n_bands, band_ratio, cells_per_reach, chunk, groups):
+    @jax.jit
+    def fn(positions, masses, h, box, query):
+        bands = build_bands(positions, SUPPORT * h, box=box, n_bands=n_bands, band_ratio=band_ratio,
+                            cells_per_reach=cells_per_reach, chunk=chunk, groups=groups, query=query)
+        features = {"x": positions, "m": masses, "h": h}
+        return pair_sum(_density_pair(kernel, positions.shape[1]), bands, features, 1)[:, 0]
+
+    return fn
+
+
+# -- one step ----------------------------------------------------------------------
+class _Problem(eqx.Module):
+    """What a step needs besides the state: masses, the target, the box."""
+
+    masses: Array
+    target: Callable[[Array], Array]
+    box: Array | None
+    com_masses: Array
+    radii: Array | None  # the input's sorted radii about its centre of mass, kept each step
+    settings: RelaxSettings = eqx.field(static=True)
+
+
+def smoothing_lengths(positions: Array, masses: Array, target: Callable[[Array], Array], eta: float,
+                      scale_fraction: float = 0.75) -> tuple[Array, Array, Array]:
+    r"""$(h_i, \rho_t(x_i), \mathrm{live}_i)$: smoothing lengths, targets, and
+    which particles the relaxation moves.
+
+    $h_i = \eta\,\ell_i$ with $\ell_i = (m_i/\rho_t(x_i))^{1/d}$ the local
+    spacing. A particle is *live* where its kernel ball resolves the target:
+    $h_i \le f L_i$, with $L_i = \rho_t / |\nabla\rho_t|$ the target's local
+    scale length ($f$ = `scale_fraction`, 0.75), and the target positive. The
+    others (a cluster's far halo, the last stretch before a King model's tidal
+    radius) stay where they are and count only as sources of the live
+    particles' densities (no neighbour search of their own): in a Plummer halo ($\rho \propto r^{-5}$, $L = r/5$, $\ell
+    \propto r^{5/3}$) the ball of a far-out star reaches into the core and holds
+    a fixed fraction of all N stars, so its density estimate means nothing and
+    its neighbour sum costs O(N). Capping $h$ there instead does not work: with
+    $h$ well below $\ell$ the self term $m_i W(0, h_i)$ alone exceeds the
+    target. Where the target is not positive h is set to the smallest live h.
+    For N = 100,000 Plummer stars the live region ends
+    near 6.9 Plummer radii (5.3 r_h), beyond the 3 r_h where relaxation quality
+    is measured.
+    """
+    dim = positions.shape[1]
+    rho_t, pullback = jax.vjp(target, positions)
+    (slope,) = pullback(jnp.ones_like(rho_t))
+    positive = rho_t > 0
+    rho_safe = jnp.where(positive, rho_t, 1.0)
+    ell = (masses / rho_safe) ** (1.0 / dim)
+    h = eta * ell
+    slope2 = jnp.sum(slope * slope, axis=1)
+    # h <= f rho / |grad rho|, squared and multiplied out (no division by 0).
+    live = positive & (h * h * slope2 <= (scale_fraction * rho_safe) ** 2)
+    h_live_min = jnp.min(jnp.where(live, h, jnp.inf))
+    h = jnp.where(positive, h, jax.lax.stop_gradient(h_live_min))
+    return h, rho_t, live
+
+
+def _schedule(t, settings: RelaxSettings, dtype):
+    frac = jnp.minimum(t.astype(dtype) / max(settings.steps - 1, 1), 1.0)
+    f = FINAL_STEP_FRACTION
+    return settings.step_size * (f + (1.0 - f) * 0.5 * (1.0 + jnp.cos(jnp.pi * frac)))
+
+
+def _step(problem: _Problem, state):
+    """One preconditioned heavy-ball step (see the module docstring)."""
+    x, v, t = state
+    s = problem.settings
+    dim = x.shape[1]
+    m = problem.masses
+    h, rho_t, live = smoothing_lengths(x, m, problem.target, s.eta)
+    bands = build_bands(x, SUPPORT * h, box=problem.box, n_bands=s.n_bands, band_ratio=s.band_ratio,
+                        cells_per_reach=s.cells_per_reach, chunk=s.chunk, groups=s.groups,
+                        query=jax.lax.stop_gradient(live))
+    features = {"x": x, "m": m, "h": h}
+    rho = pair_sum(_density_pair(s.kernel, dim), bands, features, 1)[:, 0]
+    e = jnp.where(live, 2.0 * (rho - rho_t), 0.0)
+    g = pair_sum(_loss_gradient_pair(s.kernel, dim), bands, {**features, "e": e}, dim, scatter=True)
+    tau = _schedule(t, s, x.dtype)
+    spacing = h / s.eta  # the local spacing of live particles
+    rho_safe = jnp.where(live, rho_t, 1.0)
+    v = s.momentum * v - tau * (spacing**2 / rho_safe**2)[:, None] * g
+    # Cap |v_i| at max_step spacings (double where: the norm's gradient at 0).
+    speed2 = jnp.sum(v * v, axis=1)
+    moving = speed2 > 0
+    speed = jnp.sqrt(jnp.where(moving, speed2, 1.0))
+    cap = s.max_step * spacing
+    v = v * jnp.where(moving & (speed > cap), cap / speed, 1.0)[:, None]
+    v = jnp.where(live[:, None], v, 0.0)
+    if problem.box is None:
+        w = problem.com_masses
+        v = v - jnp.sum(w[:, None] * v, axis=0) / jnp.sum(w)
+        x_new = x + v
+        if problem.radii is not None:
+            x_new = _keep_radii(x_new, problem.radii, w)
+            v = x_new - x
+        x = x_new
+    else:
+        x = jnp.mod(x + v, problem.box)
+    return x, v, t + 1
+
+
+def _centre_of_mass(x: Array, w: Array) -> Array:
+    return jnp.sum(w[:, None] * x, axis=0) / jnp.sum(w)
+
+
+def _sorted_radii(x: Array, w: Array) -> Array:
+    return jnp.sort(_radius(x - _centre_of_mass(x, w)))
+
+
+def _keep_radii(x: Array, radii: Array, w: Array) -> Array:
+    """Move every particle along its ray from the centre of mass so that the
+    sorted radii are `radii` again (rank k gets the k-th radius), keeping the
+    centre of mass: the radial
+    mass profile, and so the half-mass radius, stay those of the input, while
+    the particles rearrange in angle and swap ranks freely. The permutation is
+    piecewise constant; the gradient flows through `radii` and the directions."""
+    centre = _centre_of_mass(x, w)
+    d = x - centre
+    r = _radius(d)
+    order = jnp.argsort(r)
+    new_r = jnp.zeros_like(r).at[order].set(radii)
+    scale = jnp.where(r > 0, new_r / jnp.where(r > 0, r, 1.0), 1.0)
+    moved = d * scale[:, None]
+    # Rescaling radii moves the centre of mass a little: put it back (the
+    # radii are then off by that shift, one step's worth, not accumulated).
+    return centre + moved - _centre_of_mass(moved, w)
+
+
+def _run(problem: _Problem, x: Array, v: Array, first: int, count: int) -> tuple[Array, Array]:
+    """`count` steps from step index `first`, checkpointed on two levels."""
+    if count == 0:
+        return x, v
+    inner = max(1, math.isqrt(count - 1) + 1)
+    outer = -(-count // inner)
+    last = first + count
+
+    @jax.checkpoint
+    def step(state):
+        new = _step(problem, state)
+        live = state[2] < last  # the padding steps of the last block do nothing
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, state)
+
+    @jax.checkpoint
+    def block(state, _):
+        state, _ = jax.lax.scan(lambda c, _: (step(c), None), state, None, length=inner)
+        return state, None
+
+    state = (x, v, jnp.asarray(first, jnp.int32))
+    (x, v, _), _ = jax.lax.scan(block, state, None, length=outer)
+    return x, v
+
+
+# -- targets -------------------------------------------------------------------------
+def _radius(x: Array) -> Array:
+    r2 = jnp.sum(x * x, axis=-1)
+    return jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)) * (r2 > 0)
+
+
+def model_density(ic) -> Callable[[Array], Array]:
+    r"""The analytic mass density $\rho(x)$ of the model `ic` was built from,
+    about the origin, in the units of `ic` (mass / length^3), for its total
+    (weighted) mass: Plummer, EFF, King and LIMEPY (single-mass) clusters.
+
+    **Raises** `ValueError` for a model without an analytic density (fractal,
+    multi-mass): pass `target=` to `relax` instead.
+    """
+    from ..profiles.eff import eff_density, eff_scale_radius
+    from ..profiles.king import solve_king_profile
+    from ..profiles.plummer import plummer_density, plummer_scale_radius
+
+    p = ic.params
+    total = jnp.sum(ic.state.masses * ic.weights)
+    if ic.units.name != "physical":
+        raise ValueError("model_density needs an InitialConditions in physical units (ic.to_physical())")
+    if ic.model == "plummer":
+        a = plummer_scale_radius(p["r_h"])
+        return lambda x: plummer_density(_radius(x), total, a)
+    if ic.model == "eff":
+        r_t = p.get("r_t")
+        a = eff_scale_radius(p["r_h"], p["gamma"], r_t)
+        return lambda x: eff_density(_radius(x), p["gamma"], a, total, r_t)
+    if ic.model in ("king", "limepy") and "mass_bins" not in p and "delta" not in p:
+        g = p.get("g", jnp.asarray(1.0))
+        profile = solve_king_profile(p["W0"], g, p.get("ra"))
+        length = p["r_h"] / profile.r_h
+        scale = total / (profile.total_mass * length**3)
+        return lambda x: scale * jnp.interp(_radius(x) / length, profile.r, profile.density, right=0.0)
+    raise ValueError(
+        f"no analytic density for model {ic.model!r} (params {sorted(p)}); pass target=callable or a constant"
+    )
+
+
+def _resolve_target(target, ic, box, dtype) -> tuple[Callable[[Array], Array], bool]:
+    """(callable target, is_uniform)."""
+    if target is None:
+        if ic is None:
+            raise ValueError("target=None uses the profile the cluster was built from: pass an InitialConditions, "
+                             "or give target (a constant density or a callable rho(x))")
+        return model_density(ic), False
+    if callable(target):
+        return target, False
+    value = jnp.asarray(target, dtype)
+    if value.ndim != 0:
+        raise ValueError(f"target must be None, a scalar density or a callable rho(x), got shape {value.shape}")
+    if box is None:
+        raise ValueError("a constant target describes a uniform periodic box: give box=")
+    return (lambda x: jnp.full(x.shape[:1], value, x.dtype)), True
+
+
+def _check_target_values(rho_t: Array) -> Array:
+    bad = ~jnp.isfinite(rho_t) | (rho_t <= 0)
+    message = "the target density must be finite and positive at every particle"
+    if isinstance(bad, jax.core.Tracer):
+        return eqx.error_if(rho_t, jnp.any(bad), message)
+    if bool(jnp.any(bad)):
+        count = int(jnp.sum(bad))
+        raise ValueError(f"{message}: {count} of {bad.size} particles sit where it is negative, zero or NaN")
+    return rho_t
+
+
+def _check_settings(steps, eta, step_size, momentum, max_step, velocities, n_bands, band_ratio):
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    for name, value in (("eta", eta), ("step_size", step_size), ("max_step", max_step)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if not (0.0 <= momentum < 1.0):
+        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+    if velocities not in VELOCITY_MODES:
+        raise ValueError(f"velocities must be one of {VELOCITY_MODES}, got {velocities!r}")
+    if int(n_bands) < 1 or not band_ratio > 1.0:
+        raise ValueError(f"n_bands must be >= 1 and band_ratio > 1, got {n_bands}, {band_ratio}")
+
+
+# -- velocities ------------------------------------------------------------------------
+def resample_velocities(key, ic, positions: Array) -> Array:
+    """Velocities drawn from the model's distribution function at `positions`
+    (isotropic Plummer, King and LIMEPY), scaled to the cluster's Q when it was
+    built with one; in the units of `ic` (physical)."""
+    from ..diagnostics.energy import scale_to_virial_ratio
+    from ..kinematics.king_df import sample_speed_fraction as king_speed_fraction
+    from ..kinematics.king_df import speed_table
+    from ..kinematics.plummer_df import sample_speed_fraction as plummer_speed_fraction
+    from ..profiles.king import king_potential, solve_king_profile
+    from ..profiles.plummer import plummer_scale_radius
+    from ..sampling import isotropic_directions, uniform_open
+
+    p, n, dtype = ic.params, positions.shape[0], positions.dtype
+    G = ic.units.G
+    masses = ic.state.masses
+    total = jnp.sum(masses)
+    k_speed, k_dir = jax.random.split(key)
+    u = uniform_open(k_speed, (n,), dtype)
+    r = _radius(positions)
+    if ic.model == "plummer":
+        a = plummer_scale_radius(p["r_h"])
+        v_escape = jnp.sqrt(2.0 * G * total / jnp.sqrt(r**2 + a**2))
+        speed = plummer_speed_fraction(u) * v_escape
+    elif ic.model in ("king", "limepy") and "ra" not in p and "mass_bins" not in p and "delta" not in p:
+        g = p.get("g", jnp.asarray(1.0, dtype))
+        profile = solve_king_profile(p["W0"], g)
+        length = p["r_h"] / profile.r_h
+        W = jnp.maximum(king_potential(profile, r / length), 0.0)
+        s = jnp.sqrt(4.0 * np.pi * G * total / (9.0 * length * profile.total_mass))
+        pos = W > 0
+        v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
+        speed = king_speed_fraction(speed_table(p["W0"], g), W, u) * v_escape * s
+    else:
+        raise ValueError(f"velocities='resample' needs an isotropic Plummer, King or LIMEPY cluster, got {ic.model!r}")
+    v = speed[:, None] * isotropic_directions(k_dir, n, dtype)
+    v = v - jnp.sum(masses[:, None] * v, axis=0) / total
+    if "Q" in p:
+        v = scale_to_virial_ratio(positions, v, masses, p["Q"], G=G, centre=jnp.zeros(3, dtype))
+    return v
+
+
+def tracer_masses(ic) -> Array:
+    """The masses the SPH density of a star cluster is measured with: every
+    star weighs the mean (weighted) stellar mass.
+
+    Stars sample the model's density with a number density proportional to its
+    mass density (unsegregated clusters), so equal tracer masses make the SPH
+    density an estimate of the model density. With the stars' own masses (a
+    Kroupa IMF spans 0.08 to 100 Msun) a low-mass star next to a massive one
+    would see a density spike of its neighbour's mass: at N = 10,000 the rms
+    deviation of a fresh Plummer sample was 149% that way, and relaxation
+    would clear voids around the massive stars. The stars keep their masses.
+    """
+    w = ic.weights
+    return w * jnp.sum(ic.state.masses * w) / jnp.sum(w)
+
+
+# -- public entry point ------------------------------------------------------------------
+def relax(
+    system,
+    *,
+    target=None,
+    steps: int = 200,
+    box: ArrayLike | None = None,
+    masses: ArrayLike | None = None,
+    eta: float = 1.2,
+    step_size: float = 1.0,
+    momentum: float = 0.9,
+    max_step: float = 0.3,
+    velocities: str = "keep",
+    keep_radii: bool | None = None,
+    key=None,
+    kernel: str = "cubic",
+    n_bands: int | None = None,
+    band_ratio: float = 2.0,
+    progress: bool = False,
+):
+    r"""Move particles so that their SPH density matches a target density.
+
+    **Arguments:**
+
+    - `system`: an `InitialConditions` (positions relaxed in physical units,
+      pc and Msun, with equal tracer masses: `tracer_masses`) or a bare
+      positions array (N, d), d = 2 or 3.
+    - `target`: None (the analytic density of the model `system` was built
+      from, `model_density`), a constant (a uniform periodic box: `box` is
+      required), or any callable rho(x): (N, d) -> (N,) in mass / length^d,
+      pointwise and differentiable.
+    - `steps`: number of steps (fixed; a `lax.scan`). 0 returns the input.
+    - `box`: periodic box length (scalar or one per axis), None for open space.
+    - `masses`: for a bare positions array: scalar or (N,); default for a
+      constant target is rho * volume / N (the target is then reachable).
+    - `eta`: smoothing length in local spacings, $h_i = \eta (m_i/\rho_t(x_i))^{1/d}$.
+    - `step_size`, `momentum`, `max_step`: the update (module docstring);
+      `max_step` caps a particle's displacement per step, in local spacings.
+    - `velocities`: "keep" (default) or "resample" from the model's
+      distribution function at the new positions (Plummer, King, LIMEPY;
+      needs `key`).
+    - `keep_radii`: after every step, move each particle along its ray from
+      the centre of mass so that the sorted radii are those of the input
+      (default: True for `target=None`, i.e. a spherical model). The SPH
+      density of a random sample is biased high by its self term (about 18%
+      of the target at eta = 1.2 in 3D), so an open cluster can lower the
+      loss by expanding while its particles order: a Plummer sphere of
+      100,000 stars grew 8.8% in r_h over 100 steps that way. Keeping the
+      radii holds the radial profile, and r_h, to the input's (its radial
+      Poisson noise too: at N = 100,000 the rms deviation inside 3 r_h falls
+      from 33% to 11% with the radii kept, to 4.6% without).
+    - `kernel`: "cubic", "wendland_c2" or "wendland_c4".
+    - `n_bands`, `band_ratio`: smoothing-length bands of the cell lists
+      (default 1 band for a constant target, 8 bands of factor 2 otherwise).
+    - `progress`: show a tqdm bar (runs the steps in eager blocks: not for use
+      under `jit` or `grad`).
+
+    **Returns:** the same kind of object as `system`, relaxed. Differentiable
+    end to end (`jax.grad` through every step; see the module docstring).
+
+    ```python
+    ic = progenax.plummer_builder(0, n=10_000)
+    relaxed = progenax.relax(ic, steps=100)
+    ```
+    """
+    from ..state import InitialConditions, ParticleState
+
+    _check_settings(steps, eta, step_size, momentum, max_step, velocities, n_bands or 1, band_ratio)
+    ic = None
+    if isinstance(system, InitialConditions):
+        ic = system.to_physical()
+        x0 = ic.state.positions
+        m = tracer_masses(ic)
+    else:
+        x0 = jnp.asarray(system)
+        if x0.ndim != 2 or x0.shape[1] not in (2, 3):
+            raise ValueError(f"positions must have shape (N, 2) or (N, 3), got {x0.shape}")
+        if not jnp.issubdtype(x0.dtype, jnp.floating):
+            x0 = x0.astype(jnp.result_type(float))
+        m = None
+    n, dim = x0.shape
+    dtype = x0.dtype
+    if box is not None:
+        box = jnp.broadcast_to(jnp.asarray(box, dtype), (dim,))
+    target_fn, uniform = _resolve_target(target, ic, box, dtype)
+    if m is None:
+        if masses is None:
+            if not uniform:
+                raise ValueError("give masses= for a bare positions array with a non-constant target")
+            masses = jnp.asarray(target, dtype) * jnp.prod(box) / n
+        m = jnp.broadcast_to(jnp.asarray(masses, dtype), (n,))
+    if velocities == "resample" and (ic is None or key is None):
+        raise ValueError("velocities='resample' needs an InitialConditions and a key")
+    _check_target_values(target_fn(x0))
+    if n_bands is None:
+        n_bands = 1 if uniform else 8
+    settings = RelaxSettings(steps=int(steps), eta=float(eta), step_size=float(step_size),
+                             momentum=float(momentum), max_step=float(max_step), kernel=kernel,
+                             n_bands=int(n_bands), band_ratio=float(band_ratio))
+    get_kernel(kernel)  # raises on an unknown name
+    com_masses = m if ic is None else ic.state.masses * ic.weights
+    if keep_radii is None:
+        keep_radii = target is None
+    if keep_radii and box is not None:
+        raise ValueError("keep_radii applies to open boundaries (box=None)")
+    radii = _sorted_radii(x0, com_masses) if keep_radii else None
+    problem = _Problem(m, target_fn, box, com_masses, radii, settings)
+
+    x, v = x0, jnp.zeros_like(x0)
+    if progress:
+        x, v = _run_with_progress(problem, x, v, int(steps))
+    else:
+        x, v = _run(problem, x, v, 0, int(steps))
+
+    if ic is None:
+        return x
+    vel = ic.state.velocities
+    if velocities == "resample":
+        vel = resample_velocities(key, ic, x)
+    relaxed = InitialConditions(ParticleState(x, vel, ic.state.masses), ic.weights, ic.model, ic.params, ic.units)
+    return relaxed.to_henon() if system.units.name == "henon" else relaxed
+
+
+def _run_with_progress(problem: _Problem, x: Array, v: Array, steps: int, block: int = 10):
+    from tqdm.auto import tqdm
+
+    run_block = eqx.filter_jit(_run)
+    done = 0
+    with tqdm(total=steps, unit="step", desc="relax") as bar:
+        while done < steps:
+            count = min(block, steps - done)
+            x, v = run_block(problem, x, v, done, count)
+            x.block_until_ready()
+            done += count
+            bar.update(count)
+    return x, v
