@@ -69,6 +69,9 @@ def test_jeans_velocities_without_scaling_are_near_virial():
     assert abs(float(q) - 0.5) < 0.02
 
 
+# The gradient audit (tests/test_audit.py, default suite) checks the same three
+# parameters against finite differences; this wider sweep runs in `make validate`.
+@pytest.mark.slow
 def test_gradients_in_gamma_r_h_r_t():
     def observable(gamma, r_h, r_t):
         s = eff_builder(jax.random.PRNGKey(0), n=200, gamma=gamma, r_h=r_h, r_t=r_t).state
@@ -110,7 +113,8 @@ def test_bad_input_under_jit(name, value):
         build(value)
 
 
-@pytest.mark.parametrize("r_t", [None, 5.0])
+# The truncated variant (20 s, its own compile) runs in `make validate`.
+@pytest.mark.parametrize("r_t", [None, pytest.param(5.0, marks=pytest.mark.slow)])
 def test_float32_no_nan(r_t):
     with jax.enable_x64(False):
         ic = eff_builder(0, n=5000, gamma=3.0, r_t=r_t)

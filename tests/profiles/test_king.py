@@ -418,6 +418,9 @@ def test_traced_bad_ra_raises():
         solve(6.0, 1.0, 1.0).r_h.block_until_ready()
 
 
+# 17 s of compile; the isotropic float32 runs stay in the default suite
+# (tests/test_king_builder.py), this one in `make validate`.
+@pytest.mark.slow
 def test_anisotropic_float32_no_nan():
     def rh_and_profile(ra):
         p = solve_king_profile(6.0, 1.0, ra)
