@@ -81,7 +81,7 @@ def _png_path(text: str) -> Path:
 
 FORMAT_HELP = (
     "file format: our own hdf5/npz schema (default, from the extension), "
-    "gadget/swift HDF5, nbody6/petar ASCII (Henon units), or csv"
+    "gadget/swift HDF5, nbody6/petar ASCII (Henon units), csv, or amuse (needs AMUSE installed)"
 )
 
 
@@ -100,6 +100,10 @@ def _checked_format(path: Path, fmt: str | None) -> str | None:
             file_format(path)
         except ValueError as err:
             raise UsageError(f"{err}; or give --format") from None
+    if fmt == "amuse":
+        from .io.amuse import require_amuse
+
+        require_amuse()  # ImportError with install instructions, before building anything
     return fmt
 
 
@@ -319,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"progenax {args.command}"
     try:
         return args.func(args)
-    except (UsageError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as err:
+    except (UsageError, ValueError, ImportError, FileNotFoundError, IsADirectoryError, PermissionError) as err:
         return _report(prog, err)
     except RuntimeError as err:
         # A parameter that only a traced check can judge (r_h against r_t, say)

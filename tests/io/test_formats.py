@@ -234,7 +234,7 @@ def test_csv_missing_column(tmp_path):
 
 def test_unknown_format_names_the_allowed_ones(tmp_path):
     with pytest.raises(ValueError, match="gadget.*nbody6.*csv"):
-        pio.write(_make_ic(), tmp_path / "x.dat", format="amuse")
+        pio.write(_make_ic(), tmp_path / "x.dat", format="ramses")
     with pytest.raises(ValueError, match="gadget.*nbody6.*csv"):
         pio.read(tmp_path / "x.dat", format="tipsy")
 

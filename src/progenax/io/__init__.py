@@ -2,11 +2,15 @@
 
 `write(ic, path)` / `read(path)`: progenax's own schema in HDF5 (`.h5`, `.hdf5`)
 or `.npz`; see `progenax.io.native` for the schema. `format=` ("gadget"/"swift",
-"nbody6"/"petar", "csv", see `FORMATS`) picks an exchange format instead:
-`progenax.io.gadget`, `progenax.io.nbody`, `progenax.io.csv`. `format_summary(ic)` describes
-a cluster in a few lines (what `progenax info` prints).
+"nbody6"/"petar", "csv", "amuse", see `FORMATS`) picks an exchange format instead:
+`progenax.io.gadget`, `progenax.io.nbody`, `progenax.io.csv`, `progenax.io.amuse`
+(AMUSE particle sets, `to_amuse(ic)`; only when AMUSE is installed).
+`format_summary(ic)` describes a cluster in a few lines (what `progenax info` prints).
 """
 
+from .amuse import read_amuse as read_amuse
+from .amuse import to_amuse as to_amuse
+from .amuse import write_amuse as write_amuse
 from .csv import read_csv as read_csv
 from .csv import write_csv as write_csv
 from .gadget import read_gadget as read_gadget
@@ -33,9 +37,12 @@ __all__ = [
     "write",
     # exchange formats
     "FORMATS",
+    "read_amuse",
     "read_csv",
     "read_gadget",
     "read_nbody6",
+    "to_amuse",
+    "write_amuse",
     "write_csv",
     "write_gadget",
     "write_nbody6",

@@ -8,8 +8,14 @@ JAX array does; without it JAX narrows the arrays to float32 (with a warning).
 The format is chosen from the extension: `.h5` / `.hdf5` (HDF5, via h5py) or
 `.npz` (numpy archive, no pickles). `write(ic, path, format=...)` and
 `read(path, format=...)` also route to the exchange formats of
-`progenax.io.gadget` ("gadget"/"swift"), `progenax.io.nbody` ("nbody6"/"petar")
-and `progenax.io.csv` ("csv"); see `FORMATS`.
+`progenax.io.gadget` ("gadget"/"swift"), `progenax.io.nbody` ("nbody6"/"petar"),
+`progenax.io.csv` ("csv") and `progenax.io.amuse` ("amuse", when AMUSE is
+installed); see `FORMATS`.
+
+The same functions write and read SPH gas (`progenax.gravoturb.GasCloud`):
+its internal energies and smoothing lengths are two more datasets (below), and
+a file that holds them reads back as a `GasCloud` (whose `field`, the turbulent
+grid it was drawn from, is not stored: it reads back as None).
 
 ## HDF5 schema (`schema = "progenax-ic"`, `schema_version = 1`)
 
@@ -21,6 +27,16 @@ Datasets at the root, one row per particle, in the file's unit system:
 | `velocities` | (n, 3) | vx, vy, vz (velocity unit)                        |
 | `masses`     | (n,)   | masses (mass unit)                                |
 | `weights`    | (n,)   | soft membership in [0, 1]; weight each star by it |
+
+Gas only (a `GasCloud`, always in physical units; both or neither):
+
+| name               | shape | meaning                                         |
+|--------------------|-------|-------------------------------------------------|
+| `internal_energy`  | (n,)  | specific internal energy u, (km/s)^2            |
+| `smoothing_length` | (n,)  | SPH smoothing length h, pc                      |
+
+A reader of schema version 1 that predates these datasets ignores them and
+reads the gas particles as stars.
 
 Root attributes:
 
@@ -50,7 +66,8 @@ pc Msun$^{-1}$ (km/s)$^2$. To turn file values into physical ones multiply by
 
 ## `.npz` layout
 
-The same content as flat keys: `positions`, `velocities`, `masses`, `weights`;
+The same content as flat keys: `positions`, `velocities`, `masses`, `weights`
+(and for gas `internal_energy`, `smoothing_length`);
 the root attributes as 0-d arrays under the same names (strings as unicode
 arrays); each parameter under `parameters/<name>`.
 """
@@ -72,6 +89,7 @@ NPZ_EXTENSIONS = (".npz",)
 EXTENSIONS = HDF5_EXTENSIONS + NPZ_EXTENSIONS
 
 _ARRAYS = ("positions", "velocities", "masses", "weights")
+_GAS_ARRAYS = ("internal_energy", "smoothing_length")
 _UNIT_SCALES = ("length_pc", "mass_msun", "velocity_kms")
 _PARAM_PREFIX = "parameters/"
 
@@ -102,6 +120,11 @@ def _as_numpy(x: Any) -> Any:
     return np.asarray(x)
 
 
+def _is_gas(ic) -> bool:
+    """True for SPH gas (a `GasCloud`: `internal_energy` and `smoothing_length`)."""
+    return all(hasattr(ic, name) for name in _GAS_ARRAYS)
+
+
 def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
     """The arrays, root attributes and parameters of `ic`, as numpy values."""
     from .. import __version__
@@ -113,6 +136,12 @@ def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
         "masses": np.asarray(s.masses),
         "weights": np.asarray(ic.weights),
     }
+    if _is_gas(ic):
+        n = arrays["masses"].shape[0]
+        for name in _GAS_ARRAYS:
+            arrays[name] = np.asarray(getattr(ic, name))
+            if arrays[name].shape != (n,):
+                raise ValueError(f"gas {name} must have shape ({n},), got {arrays[name].shape}")
     u = ic.units
     attrs: dict[str, Any] = {
         "schema": SCHEMA,
@@ -134,7 +163,7 @@ def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
     return arrays, attrs, params
 
 
-FORMATS = ("hdf5", "npz", "gadget", "swift", "nbody6", "petar", "csv")
+FORMATS = ("hdf5", "npz", "gadget", "swift", "nbody6", "petar", "csv", "amuse")
 """Values of `format=` for `write` / `read` ("swift" is "gadget", "petar" is "nbody6")."""
 
 
@@ -160,7 +189,13 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
     - "nbody6" (alias "petar"): NBODY6 `fort.10` table in Henon units plus a
       `<path>.units.json` sidecar, `progenax.io.nbody.write_nbody6` (option
       `sidecar=`);
-    - "csv": CSV table in pc, km/s, Msun with weights, `progenax.io.csv.write_csv`.
+    - "csv": CSV table in pc, km/s, Msun with weights, `progenax.io.csv.write_csv`;
+    - "amuse": AMUSE particle set in AMUSE's HDF5 file, in MSun/parsec/kms (or
+      AMUSE's N-body units for a Henon cluster), `progenax.io.amuse.write_amuse`
+      (option `units=`); needs AMUSE installed (`ImportError` otherwise).
+
+    `ic` may also be SPH gas (a `GasCloud`): the own schema keeps its internal
+    energies and smoothing lengths, as do "gadget" (`PartType0`) and "amuse".
 
     An existing file is overwritten; the parent directory must exist. Returns the path.
     """
@@ -174,6 +209,10 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
         from .nbody import write_nbody6
 
         return write_nbody6(ic, path, **options)
+    if fmt == "amuse":
+        from .amuse import write_amuse
+
+        return write_amuse(ic, path, **options)
     if options:
         raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
     if fmt == "csv":
@@ -223,8 +262,11 @@ def read(path: str | os.PathLike, format: str | None = None, **options):
     """Read an `InitialConditions` written by `write`.
 
     `format` as for `write`: None (default) picks progenax's own format from the
-    extension; "gadget"/"swift", "nbody6"/"petar" and "csv" call
-    `read_gadget`, `read_nbody6` and `read_csv` (with `options`).
+    extension; "gadget"/"swift", "nbody6"/"petar", "csv" and "amuse" call
+    `read_gadget`, `read_nbody6`, `read_csv` and `read_amuse` (with `options`).
+
+    A file of the own schema that holds `internal_energy` and `smoothing_length`
+    reads back as a `progenax.gravoturb.GasCloud` (its `field` is None).
 
     **Raises:**
 
@@ -244,6 +286,10 @@ def read(path: str | os.PathLike, format: str | None = None, **options):
         from .nbody import read_nbody6
 
         return read_nbody6(path, **options)
+    if fmt == "amuse":
+        from .amuse import read_amuse
+
+        return read_amuse(path, **options)
     if options:
         raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
     if fmt == "csv":
@@ -299,7 +345,7 @@ def _read_hdf5(path: Path):
     with f:
         attrs = {name: f.attrs[name] for name in f.attrs}
         arrays = {}
-        for name in _ARRAYS:
+        for name in _ARRAYS + _GAS_ARRAYS:
             if isinstance(f.get(name), h5py.Dataset):
                 arrays[name] = f[name][()]
         params: dict[str, Any] = {}
@@ -325,7 +371,7 @@ def _read_npz(path: Path):
         arrays, attrs, params = {}, {}, {}
         for key in data.files:
             value = data[key]
-            if key in _ARRAYS:
+            if key in _ARRAYS or key in _GAS_ARRAYS:
                 arrays[key] = value
             elif key.startswith(_PARAM_PREFIX):
                 params[key[len(_PARAM_PREFIX):]] = value
@@ -370,10 +416,25 @@ def _build(path: Path, arrays, attrs, params):
         velocities=jnp.asarray(arrays["velocities"]),
         masses=jnp.asarray(arrays["masses"]),
     )
-    return InitialConditions(
+    weights = jnp.asarray(arrays["weights"])
+    model = _text(attrs["model"])
+    params = {name: _param_value(value) for name, value in params.items()}
+    gas = [name for name in _GAS_ARRAYS if name in arrays]
+    if not gas:
+        return InitialConditions(state, weights, model, params, units)
+    if len(gas) != len(_GAS_ARRAYS) or any(arrays[name].shape != n for name in gas):
+        shapes = {name: arrays[name].shape for name in gas}
+        raise ValueError(
+            f"{str(path)!r}: gas needs both {' and '.join(_GAS_ARRAYS)} of shape {n}, found {shapes}"
+        )
+    from ..gravoturb.cloud import GasCloud
+
+    return GasCloud(
         state,
-        jnp.asarray(arrays["weights"]),
-        _text(attrs["model"]),
-        {name: _param_value(value) for name, value in params.items()},
+        weights,
+        jnp.asarray(arrays["internal_energy"]),
+        jnp.asarray(arrays["smoothing_length"]),
+        model,
+        params,
         units,
     )
