@@ -4,6 +4,7 @@
         [--num-samples 500] [--likelihood unbinned] [--seed 0]
         [--output docs/figures/inference_plummer.png] [--exact-virial] [--projected]
         [--los-error E] [--n-model 1000] [--num-covariance 100]
+        [--chain-method vectorized|sequential|parallel]
 
 A cluster of n stars is built with `plummer_builder` (truth r_h = 1 pc,
 alpha = 2.3, Q = 0.5), observed with perfect 3D positions, velocities and masses
@@ -23,6 +24,7 @@ import time
 
 import jax
 import numpy as np
+import numpyro
 from numpyro.infer import MCMC, NUTS
 
 from progenax.infer import init_to_data, mock_likelihood, plummer_model, simulate_plummer
@@ -40,7 +42,10 @@ def main() -> None:
     parser.add_argument("--num-warmup", type=int, default=500)
     parser.add_argument("--num-samples", type=int, default=500)
     parser.add_argument("--num-chains", type=int, default=2)
-    parser.add_argument("--chain-method", default="vectorized", choices=("sequential", "vectorized"))
+    parser.add_argument(
+        "--chain-method", default="vectorized", choices=("sequential", "vectorized", "parallel"),
+        help="parallel: one chain per CPU core (numpyro.set_host_device_count)",
+    )
     parser.add_argument("--likelihood", default="unbinned", choices=("unbinned", "mock"))
     parser.add_argument("--n-model", type=int, default=1000, help="mock: stars in the forward model")
     parser.add_argument("--num-covariance", type=int, default=100, help="mock: simulations for the covariance")
@@ -56,6 +61,8 @@ def main() -> None:
         help="data from plummer_builder(Q=0.5) rescaled to T/|W| = Q exactly (not the likelihood's model)",
     )
     args = parser.parse_args()
+    if args.chain_method == "parallel":
+        numpyro.set_host_device_count(args.num_chains)  # before JAX's CPU backend starts
 
     los = {} if args.los_error is None else {"velocities": "los", "velocity_error": args.los_error or None}
     data = simulate_plummer(

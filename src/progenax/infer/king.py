@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from numpyro.distributions import constraints
 from jax.scipy.special import gammainc
 
 from .._types import Array, ArrayLike
@@ -116,23 +117,44 @@ def king_phase_space_logpdf(
     num_points: int = NUM_POINTS,
 ) -> Array:
     """Per-star log p(x) + log p(v | x) (n,) in pc^-3 (km/s)^-3 (or (km/s)^-1 for line of sight)."""
+    _refuse_projected(data)
+    profile = solve_king_profile(W0, 1.0, num_points=num_points)
+    length, W = _star_potential(data, profile, r_h, centre)
+    return _phase_space_terms(data, profile, length, W, Q, total_mass, G, bulk_velocity)
+
+
+def _refuse_projected(data: ObservedCluster) -> None:
     if data.projected:
         raise NotImplementedError(
             "the unbinned King likelihood needs 3D positions (no closed-form surface density); "
             "use 3D data or the mock likelihood"
         )
-    profile = solve_king_profile(W0, 1.0, num_points=num_points)
-    length = r_h / profile.r_h
+
+
+def _star_radii(data: ObservedCluster, centre: ArrayLike | None) -> Array:
     x = data.positions if centre is None else data.positions - centre
-    r = _safe_norm(x)
-    W = king_potential(profile, r / length)
+    return _safe_norm(x)
+
+
+def _star_potential(data, profile, r_h, centre) -> tuple[Array, Array]:
+    """The length unit L = r_h / r_h-hat (pc) and W at each star (0 beyond r_t)."""
+    length = r_h / profile.r_h
+    return length, king_potential(profile, _star_radii(data, centre) / length)
+
+
+def _velocity_scale_unit(data, profile, length, total_mass, G) -> Array:
+    """s_1^2 = 4 pi G M / (9 L M_t-hat) in (km/s)^2: the DF's velocity scale is s^2 = 2 Q s_1^2."""
+    M = _total_mass(data, total_mass)
+    return 4.0 * np.pi * G * M / (9.0 * length * profile.total_mass)
+
+
+def _phase_space_terms(data, profile, length, W, Q, total_mass, G, bulk_velocity) -> Array:
     inside = W > 0
     W_safe = jnp.where(inside, W, 1.0)
     log_rho = jnp.log(king_density_of_W(W_safe, 1.0)) - jnp.log(king_density_of_W(profile.W0, 1.0))
     log_p = jnp.where(inside, log_rho - jnp.log(profile.total_mass) - 3.0 * jnp.log(length), -jnp.inf)
     if data.velocities is not None:
-        M = _total_mass(data, total_mass)
-        s = jnp.sqrt(2.0 * Q * 4.0 * np.pi * G * M / (9.0 * length * profile.total_mass))
+        s = jnp.sqrt(2.0 * Q * _velocity_scale_unit(data, profile, length, total_mass, G))
         v = data.velocities if bulk_velocity is None else data.velocities - bulk_velocity
         if data.line_of_sight:
             if data.velocity_errors is None:
@@ -206,6 +228,66 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
     return values
 
 
+def _support_bounds(name: str, prior: dist.Distribution) -> tuple[float, float]:
+    """(lower, upper) of a scalar prior's support, for the wall reparametrization."""
+    support = prior.support
+    if isinstance(support, constraints.interval):
+        return float(support.lower_bound), float(support.upper_bound)
+    if isinstance(support, constraints.greater_than):
+        return float(support.lower_bound), np.inf
+    if support is constraints.real:
+        return -np.inf, np.inf
+    raise ValueError(
+        f"priors[{name!r}] must have an interval, lower-bounded or real support for reparametrize=True, "
+        f"got {support}; pass reparametrize=False"
+    )
+
+
+def _site_above_wall(name: str, prior: dist.Distribution, wall: Array, start: Array) -> Array:
+    r"""Sample `name` (prior `prior`) on (max(wall, lower), upper) through an unconstrained site.
+
+    The site `name + "_unconstrained"` (u, flat on the real line) maps to
+    $\theta = \ell + (h - \ell)\,\sigma(u)$ (finite upper bound $h$) or
+    $\theta = \ell + e^u$, with $\ell = \max(\text{wall}, \text{prior's lower bound})$; the
+    factor `name + "_prior"` adds $\log p(\theta) + \log|d\theta/du|$, so the density
+    of $\theta$ is the prior's, restricted to $\theta > $ wall, where the likelihood is
+    zero anyway. The wall may depend on earlier sites: the map is triangular, and
+    its Jacobian determinant is the product of these diagonal terms. $\theta$ is
+    recorded as the deterministic site `name`.
+    """
+    lo, hi = _support_bounds(name, prior)
+    lower = wall if lo == -np.inf else jnp.maximum(wall, lo)
+    if np.isfinite(hi):
+        ok = lower < hi  # False only where the data rule out the whole prior range
+        width = jnp.where(ok, hi - lower, 1.0)
+        fraction = jnp.clip((start - lower) / width, 1e-6, 1.0 - 1e-6)
+        u = numpyro.sample(
+            f"{name}_unconstrained", dist.ImproperUniform(constraints.real, (), ()),
+            infer={INIT_KEY: jnp.log(fraction) - jnp.log1p(-fraction)},
+        )
+        value = lower + width * jax.nn.sigmoid(u)
+        log_jacobian = jnp.log(width) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u)
+    else:
+        ok = jnp.isfinite(lower)
+        gap = start - lower
+        u = numpyro.sample(
+            f"{name}_unconstrained", dist.ImproperUniform(constraints.real, (), ()),
+            infer={INIT_KEY: jnp.log(jnp.where(gap > 0, gap, 1e-3))},
+        )
+        value = lower + jnp.exp(u)
+        log_jacobian = u
+    # A fixed point inside the support where the data rule out the prior range
+    # (not `start`, which would keep the start's profile solves in the graph).
+    if np.isfinite(lo) and np.isfinite(hi):
+        inner = 0.5 * (lo + hi)
+    else:
+        inner = lo + 1.0 if np.isfinite(lo) else (hi - 1.0 if np.isfinite(hi) else 0.0)
+    safe = jnp.where(ok, value, inner)
+    value = numpyro.deterministic(name, safe)
+    numpyro.factor(f"{name}_prior", jnp.where(ok, prior.log_prob(safe) + log_jacobian, -jnp.inf))
+    return value
+
+
 def king_model(
     data: ObservedCluster,
     *,
@@ -215,6 +297,7 @@ def king_model(
     total_mass: ArrayLike | None = None,
     G: float = G_PHYSICAL,
     num_points: int = NUM_POINTS,
+    reparametrize: bool = True,
 ) -> None:
     r"""numpyro model: priors over r_h (pc), alpha, Q and W0, and the King likelihood.
 
@@ -223,6 +306,26 @@ def king_model(
     3D positions) or a `MockLikelihood` built with
     `progenax.infer.mock_likelihood(data, "king", ...)`. Use
     `init_strategy=progenax.infer.init_to_data()`.
+
+    **The support walls** (`reparametrize`, unbinned likelihood only). The
+    likelihood is zero when a star lies beyond the tidal radius,
+    $r_t = \hat r_t(W_0)\,r_h/\hat r_h(W_0) \le \max_i|\mathbf x_i - \mathbf c|$, or
+    moves faster than its escape speed, $Q \le \max_i v_i^2/(4 W_i s_1^2)$ (with
+    $s^2 = 2 Q s_1^2$; line-of-sight speeds without errors likewise; with per-star errors
+    the convolution leaves a wall only 8 errors beyond the escape speed, and Q is
+    sampled directly). The posterior presses against both walls
+    (the outermost star sits within about $r_t/n$ of $r_t$), and NUTS trajectories
+    that cross them diverge. With `reparametrize=True` (the default) r_h and Q are
+    sampled through unconstrained sites `"r_h_unconstrained"` and
+    `"Q_unconstrained"` that map onto the allowed range only
+    (`_site_above_wall`: the range's lower end is the wall given (W0, centre), then
+    (r_h, W0, centre, bulk velocity)); their priors and the Jacobian enter as the
+    factors `"r_h_prior"` and `"Q_prior"`, so the posterior of
+    (r_h, alpha, Q, W0, frame) is the same as with `reparametrize=False`, which
+    samples r_h and Q directly. `"r_h"` and `"Q"` are deterministic sites then
+    (in `mcmc.get_samples()`; condition on the `_unconstrained` sites, or pass
+    `reparametrize=False` to condition on r_h or Q). Priors on r_h and Q must
+    have an interval, lower-bounded or real support.
 
     ```python
     data = progenax.infer.simulate_king(key, n=2000, W0=6.0)
@@ -243,16 +346,49 @@ def king_model(
         raise NotImplementedError(
             "the unbinned King likelihood needs 3D positions: use 3D data or likelihood=mock_likelihood(data, 'king')"
         )
+    if reparametrize:
+        for name in ("r_h", "Q"):
+            _support_bounds(name, merged[name])  # eager check of the support
+        if data.velocities is not None:
+            _total_mass(data, total_mass)  # ValueError without masses or total_mass
     start = king_initial_values(data, total_mass, G, num_points)
 
     def site(name):
         return numpyro.sample(name, merged[name], infer={INIT_KEY: start[name]} if name in start else {})
 
-    r_h, alpha, Q, W0 = (site(name) for name in PARAMETERS)
+    if not reparametrize:
+        r_h, alpha, Q, W0 = (site(name) for name in PARAMETERS)
+        centre = site("centre") if fit_frame else None
+        bulk = site("bulk_velocity") if fit_frame and data.velocities is not None else None
+        log_l = king_log_likelihood(
+            data, r_h, alpha, Q, W0, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk,
+            num_points=num_points,
+        )
+        numpyro.factor("log_likelihood", log_l)
+        return
+
+    alpha, W0 = site("alpha"), site("W0")
     centre = site("centre") if fit_frame else None
-    bulk = site("bulk_velocity") if fit_frame and data.velocities is not None else None
-    log_l = king_log_likelihood(
-        data, r_h, alpha, Q, W0, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk,
-        num_points=num_points,
-    )
+    W0_ok = jnp.isfinite(W0)  # as in king_log_likelihood: -inf, not the solver's range check
+    profile = solve_king_profile(jnp.where(W0_ok, W0, 6.0), 1.0, num_points=num_points)
+    r_wall = jnp.max(_star_radii(data, centre)) * profile.r_h / profile.r_t
+    r_h = _site_above_wall("r_h", merged["r_h"], r_wall, start["r_h"])
+    length, W = _star_potential(data, profile, r_h, centre)
+    if data.velocities is not None:
+        bulk = site("bulk_velocity") if fit_frame else None
+        v = data.velocities if bulk is None else data.velocities - bulk
+        if data.line_of_sight and data.velocity_errors is not None:
+            Q = site("Q")  # the error convolution has no hard wall in Q
+        else:
+            v2 = v**2 if data.line_of_sight else jnp.sum(v**2, axis=-1)
+            inside = W > 0  # every star, but for rounding at the wall
+            s1 = _velocity_scale_unit(data, profile, length, total_mass, G)
+            q_wall = jnp.max(jnp.where(inside, v2 / (4.0 * jnp.where(inside, W, 1.0) * s1), jnp.inf))
+            Q = _site_above_wall("Q", merged["Q"], q_wall, start["Q"])
+    else:
+        bulk, Q = None, site("Q")
+    terms = _phase_space_terms(data, profile, length, W, Q, total_mass, G, bulk)
+    log_l = jnp.where(W0_ok, jnp.sum(terms), -jnp.inf)
+    if data.masses is not None:
+        log_l += kroupa_log_likelihood(data.masses, alpha)
     numpyro.factor("log_likelihood", log_l)
