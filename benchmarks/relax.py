@@ -8,6 +8,7 @@ its own process so peak memory (ru_maxrss) is per case.
 
     python benchmarks/relax.py --case plummer --n 100000 --steps 100
     python benchmarks/relax.py --case all
+    python benchmarks/relax.py --memory --n 100000 --steps 100   # gradient vs forward peak RSS
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import time
 
 CASES = ("box2d", "box3d", "plummer", "king9")
+MEMORY_MODES = ("forward", "gradient")
 
 
 def _rms(values):
@@ -61,7 +63,7 @@ def _count_pair(a_i, a_j, dx):
     from progenax.sph.pairs import safe_distance
 
     r = safe_distance(dx)
-    return (r < 2.0 * a_i["h"]).astype(a_i["h"].dtype)[..., None] * jnp.ones_like(a_j["h"])[..., None], None
+    return ((r < 2.0 * a_i["h"]).astype(a_i["h"].dtype) * jnp.ones_like(a_j["h"]),), None
 
 
 def run_case(case: str, n: int, steps: int) -> dict:
@@ -119,13 +121,58 @@ def run_case(case: str, n: int, steps: int) -> dict:
                 r_h_change=r_h1 / r_h0 - 1.0, slots=slots, neighbours=neighbours)
 
 
+def run_memory(mode: str, n: int, steps: int) -> dict:
+    """Wall time and peak memory of relaxing a Plummer sphere (`forward`), or of
+    d<m r^2>/d r_h through the builder and the relaxation (`gradient`)."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    import progenax
+    from progenax.sph.relax import relax
+
+    def observable(r_h):
+        ic = progenax.plummer_builder(jax.random.PRNGKey(0), n=n, r_h=r_h)
+        x = relax(ic, steps=steps).state.positions
+        m = ic.state.masses
+        return jnp.sum(m * jnp.sum(x * x, axis=1)) / jnp.sum(m)
+
+    fn = jax.jit(observable if mode == "forward" else jax.grad(observable))
+    t0 = time.perf_counter()
+    value = float(fn(1.0))
+    return dict(mode=mode, n=n, steps=steps, value=value, wall_s=time.perf_counter() - t0)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", default="all", choices=CASES + ("all",))
     parser.add_argument("--n", type=int, default=None, help="particles (default: the issue's sizes)")
     parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--memory", action="store_true",
+                        help="peak memory of jax.grad through the relaxation against the forward pass "
+                             "(Plummer, --n default 100,000, --steps default 100), instead of the cases")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MEMORY_MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child and args.mode:
+        result = run_memory(args.mode, args.n, args.steps)
+        result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+        print(json.dumps(result))
+        return
+    if args.memory:
+        n, steps = args.n or 100_000, args.steps or 100
+        peaks = {}
+        for mode in MEMORY_MODES:
+            out = subprocess.run([sys.executable, __file__, "--child", "--mode", mode, "--n", str(n),
+                                  "--steps", str(steps)], capture_output=True, text=True)
+            if out.returncode != 0:
+                print(mode, "failed:", out.stderr[-2000:])
+                return
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            peaks[mode] = r["peak_rss_gb"]
+            print(f"{mode:<9} N={n} steps={steps}: wall {r['wall_s']:.1f} s, peak RSS {r['peak_rss_gb']:.2f} GB")
+        print(f"gradient / forward peak memory: {peaks['gradient'] / peaks['forward']:.2f}")
+        return
     defaults = {"box2d": (10_000, 200), "box3d": (32**3, 200), "plummer": (100_000, 100), "king9": (100_000, 100)}
     if args.child:
         n, steps = args.n, args.steps

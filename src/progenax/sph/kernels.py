@@ -46,6 +46,14 @@ class Kernel:
     def normalisation(self, dim: int) -> float:
         return self.norm[dim]
 
+    def _fns(self, dim: int) -> tuple[Callable[[Array], Array], Callable[[Array], Array]]:
+        return self.shape, self.slope_over_q
+
+    def slope_over_q_in(self, dim: int) -> Callable[[Array], Array]:
+        """f'(q)/q for `dim` dimensions (so that, with per-particle
+        σ_d h^{-d-2} and 1/h computed once, a pair needs no powers of h)."""
+        return self._fns(dim)[1]
+
     def value(self, r: Array, h: Array, dim: int) -> Array:
         """W(r, h) in units of h^-d (r and h in the same length unit)."""
         return self.norm[dim] * h ** (-dim) * self.shape(r / h)

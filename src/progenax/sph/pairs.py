@@ -44,17 +44,35 @@ import numpy as np
 from .._types import Array
 from .cells import CellList, build_cell_list
 
+# (cells_per_reach, x_cells_per_reach, chunk) per dimension. Measured on one
+# core, N = 1e5, one relaxation step (8 bands built, density and loss-gradient
+# passes), seconds and pair slots per particle (padding included):
+#
+#   layout       Plummer         King W0 = 9
+#   (2, 8, 16)   1.03 s  174     1.24 s  174   (exact neighbours 59)
+#   (2, 8, 32)   1.03 s  182     1.25 s  182
+#   (1, 8, 32)   0.99 s  340     0.97 s  328
+#   (2, 4, 16)   1.11 s  194     1.31 s  193
+#
+# Two rows of cells each side keep the slots within 3x the neighbours; one
+# row (9 runs a particle instead of 25) builds faster but examines 5.5x.
+DEFAULT_LAYOUT = {1: (1, 4, 16), 2: (2, 4, 16), 3: (2, 8, 16)}
+
 PairFunction = Callable[[dict, dict, list], tuple[Array, Array | None]]
-"""`pair_fn(a_i, a_j, dx) -> (to_i, to_j)`: features of the query (M, 1, ...)
-and of its candidates (M, C, ...), the separations x_i - x_j (d arrays (M, C),
-minimum image), and the pair's contributions (M, C, K) to the query and to the
-candidate (None when there is none). Must be finite for coincident particles."""
+"""`pair_fn(a_i, a_j, dx) -> (to_i, to_j)`: features of the query (scalars
+(M, 1), positions "x" (d, M, 1)) and of its candidates ((M, C), (d, M, C)),
+the separations x_i - x_j (a list of d arrays (M, C), minimum image), and the
+pair's contributions to the query and to the candidate: each a tuple of K
+arrays (M, C) (or one array (M, C, K)), the second None when there is none.
+Features are (N,) scalars, except the positions "x" (N, d). Must be finite
+for coincident particles."""
 
 
 class Bands(eqx.Module):
     """One cell list per band of support radius, stacked along a leading axis."""
 
     cells: CellList
+    members: Array  # queries per band, (n_bands,): empty bands are skipped
     n_bands: int = eqx.field(static=True)
     chunk: int = eqx.field(static=True)
     groups: int = eqx.field(static=True)
@@ -78,9 +96,9 @@ def build_bands(
     box: Array | None = None,
     n_bands: int = 8,
     band_ratio: float = 2.0,
-    cells_per_reach: int = 2,
-    x_cells_per_reach: int = 4,
-    chunk: int = 16,
+    cells_per_reach: int | None = None,
+    x_cells_per_reach: int | None = None,
+    chunk: int | None = None,
     groups: int = 128,
     query: Array | None = None,
 ) -> Bands:
@@ -91,13 +109,19 @@ def build_bands(
     outside a band have no work and a group costs its largest count times its
     size, so many small groups keep a band's padding small; empty groups cost
     a loop test. `query` (N,) bool: only these particles get candidates (their
-    pair sums); every particle is a source. Default: all.
+    pair sums); every particle is a source. Default: all. `cells_per_reach`,
+    `x_cells_per_reach`, `chunk`: as in `cells.build_cell_list`, default
+    `DEFAULT_LAYOUT` for the dimension.
     """
+    default = DEFAULT_LAYOUT[positions.shape[1]]
+    cells_per_reach = default[0] if cells_per_reach is None else int(cells_per_reach)
+    x_cells_per_reach = default[1] if x_cells_per_reach is None else int(x_cells_per_reach)
+    chunk = default[2] if chunk is None else int(chunk)
     positions = jax.lax.stop_gradient(positions)
     support = jax.lax.stop_gradient(jnp.broadcast_to(support, positions.shape[:1]))
     band = band_index(support, n_bands, band_ratio, query)
 
-    def one_band(b):
+    def build(b):
         # The band's largest support (its members' own maximum: exact and tight).
         reach = jnp.max(jnp.where(band == b, support, 0.0))
         reach = jnp.maximum(reach, jnp.finfo(positions.dtype).tiny)
@@ -107,8 +131,28 @@ def build_bands(
             query=band == b, query_reach=support,
         )
 
+    members = jnp.sum(band[None, :] == jnp.arange(n_bands)[:, None], axis=1)
+    shapes = jax.eval_shape(build, jnp.int32(0))
+
+    def one_band(b):
+        # A band nobody is in (a cluster whose h spans fewer bands than
+        # n_bands) costs no sort: an empty list of the same shapes.
+        return jax.lax.cond(members[b] > 0, build, lambda _: _empty_cells(shapes), b)
+
     cells = jax.lax.map(one_band, jnp.arange(n_bands))
-    return Bands(cells, n_bands, int(chunk), int(groups))
+    return Bands(cells, members, n_bands, int(chunk), int(groups))
+
+
+def _empty_cells(shapes: CellList) -> CellList:
+    """A cell list with no runs (identity order), shaped like `shapes`."""
+
+    def blank(leaf):
+        return jnp.zeros(leaf.shape, leaf.dtype)
+
+    cells = jax.tree_util.tree_map(blank, shapes)
+    n = cells.order.shape[0]
+    identity = jnp.arange(n, dtype=cells.order.dtype)
+    return eqx.tree_at(lambda c: (c.order, c.self_index, c.by_workload), cells, (identity, identity, identity))
 
 
 def _band(bands: Bands, b) -> CellList:
@@ -116,10 +160,10 @@ def _band(bands: Bands, b) -> CellList:
 
 
 def separation(x_i: Array, x_j: Array, box: Array | None) -> list[Array]:
-    """x_i - x_j per axis, minimum image in a periodic box; x (..., d)."""
+    """x_i - x_j per axis, minimum image in a periodic box; x component-major (d, ...)."""
     out = []
-    for axis in range(x_i.shape[-1]):
-        dx = x_i[..., axis] - x_j[..., axis]
+    for axis in range(x_i.shape[0]):
+        dx = x_i[axis] - x_j[axis]
         if box is not None:
             dx = dx - box[axis] * jnp.floor(dx / box[axis] + 0.5)
         out.append(dx)
@@ -192,9 +236,13 @@ def _fold(cells: CellList, terms, gather_init, scatter_init, chunk: int, groups:
 
 
 def _sorted_features(features: dict, cells: CellList):
-    """Features in the cell list's sorted order, and their candidate layout."""
-    own = {k: v[cells.order] for k, v in features.items()}
-    cand = {k: (v if cells.source is None else v[cells.source]) for k, v in own.items()}
+    """Features in the cell list's sorted order, and their candidate layout.
+
+    Component-major: a scalar feature is (N,), the positions (d, N), so that
+    a group's gathers are (M, C) arrays per component (an (M, C, d) gather
+    with d minor costs about three times as much on the CPU)."""
+    own = {k: (v[cells.order].T if v.ndim == 2 else v[cells.order]) for k, v in features.items()}
+    cand = {k: (v if cells.source is None else v[..., cells.source]) for k, v in own.items()}
     return own, cand
 
 
@@ -202,79 +250,99 @@ def _unsort(values: Array, cells: CellList) -> Array:
     return jnp.zeros_like(values).at[cells.order].set(values, unique_indices=True)
 
 
-def _pair_inputs(own, cand, i, j, box):
-    a_i = {k: v[i] for k, v in own.items()}
-    a_j = {k: v[j] for k, v in cand.items()}
-    dx = separation(a_i["x"], a_j["x"], box)
-    return a_i, a_j, dx
+def _at(features: dict, index: Array) -> dict:
+    """Each feature at `index` (M, C): (M, C) scalars, (d, M, C) positions."""
+    return {k: v[..., index] for k, v in features.items()}
 
 
-def _masked(t, valid):
-    return jnp.where(valid.reshape(valid.shape + (1,) * (t.ndim - 2)), t, 0.0)
+def _components(t) -> tuple:
+    """A pair function's output as a tuple of (M, C) arrays, one per component."""
+    if isinstance(t, (tuple, list)):
+        return tuple(t)
+    return tuple(t[..., k] for k in range(t.shape[-1]))
+
+
+def _flat(d: dict, keys) -> tuple:
+    """A features' cotangent dict as a tuple of per-component arrays."""
+    out = []
+    for k in keys:
+        out.extend(d[k] if k == "x" else [d[k]])
+    return tuple(out)
 
 
 def _forward(pair_fn, width, bands: Bands, features: dict):
     n = features["x"].shape[0]
     dtype = features["x"].dtype
+    k_i, k_j = width
 
     def one_band(b, total):
+        return jax.lax.cond(bands.members[b] > 0, add_band, lambda b, total: total, b, total)
+
+    def add_band(b, total):
         cells = _band(bands, b)
         own, cand = _sorted_features(features, cells)
 
         def terms(i, j, valid):
-            to_i, to_j = pair_fn(*_pair_inputs(own, cand, i, j, cells.box))
-            out_i = (_masked(to_i, valid),)
-            out_j = () if to_j is None else (_masked(to_j, valid),)
+            a_i, a_j = _at(own, i), _at(cand, j)
+            dx = separation(a_i["x"], a_j["x"], cells.box)
+            to_i, to_j = pair_fn(a_i, a_j, dx)
+            out_i = tuple(jnp.where(valid, t, 0.0) for t in _components(to_i))
+            out_j = () if to_j is None else tuple(jnp.where(valid, t, 0.0) for t in _components(to_j))
             return out_i, out_j
 
-        scatter0 = () if width[1] is None else (jnp.zeros((n, width[1]), dtype),)
-        (gathered,), scattered = _fold(
-            cells, terms, (jnp.zeros((n, width[0]), dtype),), scatter0, bands.chunk, bands.groups
-        )
-        result = gathered + (scattered[0] if scattered else 0.0)
+        zeros = lambda count: tuple(jnp.zeros(n, dtype) for _ in range(count))
+        gathered, scattered = _fold(cells, terms, zeros(k_i), zeros(k_j or 0), bands.chunk, bands.groups)
+        result = jnp.stack(gathered, axis=1)
+        if scattered:
+            result = result + jnp.stack(scattered, axis=1)
         return total + _unsort(result, cells)
 
-    return jax.lax.fori_loop(0, bands.n_bands, one_band, jnp.zeros((n, width[0]), dtype))
+    return jax.lax.fori_loop(0, bands.n_bands, one_band, jnp.zeros((n, k_i), dtype))
 
 
 def _backward(pair_fn, bands: Bands, features: dict, s_bar: Array):
     n = features["x"].shape[0]
+    keys = sorted(features)
+    dim = features["x"].shape[1]
 
     def one_band(b, total):
+        return jax.lax.cond(bands.members[b] > 0, add_band, lambda b, total: total, b, total)
+
+    def add_band(b, total):
         cells = _band(bands, b)
         own, cand = _sorted_features(features, cells)
-        g_own, g_cand = _sorted_features({"g": s_bar}, cells)
+        g_own, g_cand = _sorted_features({"g": s_bar}, cells)  # (K, N) each
 
         def terms(i, j, valid):
-            g_i, g_j = g_own["g"][i], g_cand["g"][j]
+            g_i, g_j = g_own["g"][:, i], g_cand["g"][:, j]
 
             def weighted(a_i, a_j):
                 dx = separation(a_i["x"], a_j["x"], cells.box)
                 to_i, to_j = pair_fn(a_i, a_j, dx)
-                total = jnp.sum(to_i * g_i, axis=-1)
+                total = sum(t * g for t, g in zip(_components(to_i), g_i))
                 if to_j is not None:
-                    total = total + jnp.sum(to_j * g_j, axis=-1)
+                    total = total + sum(t * g for t, g in zip(_components(to_j), g_j))
                 return jnp.sum(jnp.where(valid, total, 0.0))
 
-            a_i = {k: v[i] for k, v in own.items()}
-            a_j = {k: v[j] for k, v in cand.items()}
-            d_i, d_j = jax.grad(weighted, argnums=(0, 1))(a_i, a_j)
-            keys = sorted(features)
-            # d_i[k] is (M, 1, ...): `_fold` sums it over its one lane.
-            return tuple(d_i[k] for k in keys), tuple(d_j[k] for k in keys)
+            d_i, d_j = jax.grad(weighted, argnums=(0, 1))(_at(own, i), _at(cand, j))
+            # d_i's entries are (M, 1): `_fold` sums them over their one lane.
+            return _flat(d_i, keys), _flat(d_j, keys)
 
-        keys = sorted(features)
-        zeros = tuple(jnp.zeros_like(features[k]) for k in keys)
-        gathered, scattered = _fold(
-            cells, terms, zeros, zeros,
-            bands.chunk, bands.groups,
-        )
+        gathered, scattered = _fold(cells, terms, zeros, zeros, bands.chunk, bands.groups)
         return tuple(t + _unsort(g + s, cells) for t, g, s in zip(total, gathered, scattered))
 
-    keys = sorted(features)
-    init = tuple(jnp.zeros_like(features[k]) for k in keys)
-    grads = jax.lax.fori_loop(0, bands.n_bands, one_band, init)
-    return dict(zip(keys, grads))
+    zeros = _flat({k: [jnp.zeros(n, features[k].dtype)] * dim if k == "x" else jnp.zeros(n, features[k].dtype)
+                   for k in keys}, keys)
+    grads = jax.lax.fori_loop(0, bands.n_bands, one_band, zeros)
+    out, at = {}, 0
+    for k in keys:
+        if k == "x":
+            out[k] = jnp.stack(grads[at:at + dim], axis=1)
+            at += dim
+        else:
+            out[k] = grads[at]
+            at += 1
+    return out
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))

@@ -13,21 +13,24 @@ every particle keeps about the same number of neighbours, about 58 in 3D and
 **The update** is heavy-ball gradient descent, preconditioned per particle so
 that a step is measured in units of the local spacing:
 
-$$g_i = \partial\mathcal{L}/\partial x_i\big|_{h,\,\rho_t},\qquad
+$$g_i = \partial\mathcal{L}/\partial x_i\big|_{h},\qquad
 v_i \leftarrow \mu v_i - \tau_t\, \frac{\ell_i^2}{\rho_{t,i}^2}\, g_i,\qquad
 |v_i| \le c\,\ell_i,\qquad x_i \leftarrow x_i + v_i,$$
 
 with momentum $\mu$ (0.9), step size $\tau_t$ decaying on a cosine schedule
 from `step_size` (1.0) to 1% of it over the run, and a cap $c$ (0.3) on the
-displacement per step. $g$ is taken at fixed $h_i$ and fixed $\rho_{t,i}$: the
-smoothing lengths and targets follow the particles between steps, not inside
-one. Dropping the target's own slope, $-2(\rho_i - \rho_{t,i})\nabla\rho_t(x_i)$,
-from $g$ is deliberate: a particle in the sparse outskirts, whose SPH density
-is mostly its own self term and so below the target, would otherwise lower
-its loss by running down the profile to ever lower targets, with steps that
-grow with the local spacing (a Plummer halo ran away to $10^{31}$ pc within
-11 steps). Without it particles move only against each other, as under a
-pressure.
+displacement per step. $g$ is taken at fixed $h_i$ (the smoothing lengths
+follow the particles between steps, not inside one): its pair part in the
+one-pass gather form of `_loss_gradient_pair` (exact where h is uniform,
+within 4e-4 of the exact gradient in a Plummer sphere), plus the target's own
+slope, $-2(\rho_i - \rho_{t,i})\nabla\rho_t(x_i)$, which pulls an over-dense
+particle up the profile against the outward push of the pair part. Only
+*live* particles move (`smoothing_lengths`): in the sparse far halo, where a
+particle's SPH density is mostly its own self term, the slope term would
+otherwise run particles down the profile. For a Plummer sphere of 100,000
+stars, 100 steps with the radii kept, adding the slope term took the rms error
+inside 3 r_h from 11% to about 5%, and the smooth radial hold and centre-of-mass
+handling below took it to 3.6% (King W0 = 9: 5.7%; `benchmarks/relax.py`).
 
 Measured on a periodic 2D box of 10,000 particles from a uniform random
 start, 200 steps: rms relative density error 0.25% with these settings, 0.34%
@@ -45,9 +48,10 @@ Each step is differentiable end to end: the neighbour sums are
 `sph.pairs.pair_sum` passes with their own reverse pass.
 
 The total mass, every mass and the centre of mass are preserved (open
-boundaries: the mass-weighted mean displacement is removed at every step),
-and for a cluster relaxed towards its own model the sorted radii too
-(`keep_radii`).
+boundaries: every step removes the stars' mean displacement, from each
+particle in proportion to its local spacing), and for
+a cluster relaxed towards its own model its radial mass profile too
+(`keep_radii`: 63 Lagrangian radii, the half-mass radius among them).
 """
 
 from __future__ import annotations
@@ -82,8 +86,9 @@ class RelaxSettings:
     kernel: str = "cubic"
     n_bands: int = 8
     band_ratio: float = 2.0
-    cells_per_reach: int = 2
-    chunk: int = 16
+    cells_per_reach: int | None = None  # None: pairs.DEFAULT_LAYOUT
+    x_cells_per_reach: int | None = None
+    chunk: int | None = None
     groups: int = 128
 
 
@@ -94,30 +99,55 @@ def _density_pair(kernel_name: str, dim: int):
 
     def pair(a_i, a_j, dx):
         r = safe_distance(dx)
-        return (a_j["m"] * kernel.value(r, a_i["h"], dim))[..., None], None
+        return (a_j["m"] * kernel.value(r, a_i["h"], dim),), None
 
     return pair
 
 
 @functools.lru_cache(maxsize=None)
 def _loss_gradient_pair(kernel_name: str, dim: int):
-    """Action and reaction of the loss gradient at fixed h:
-    ∂L/∂x_i gets e_i m_j F(r, h_i)(x_i - x_j) and ∂L/∂x_j minus that, with
-    e_i = 2(ρ_i - ρ_t,i) and F = W'(r)/r."""
-    kernel = get_kernel(kernel_name)
+    """The loss gradient at fixed h, gathered over each particle's own ball:
+    ∂L/∂x_i = Σ_j [e_i m_j F(r, h_i) + e_j m_i F(r, h_j)] (x_i - x_j), with
+    e = 2(ρ - ρ_t) and F = W'(r)/r = σ_d h^{-d-2} f'(q)/q (the first term from
+    ρ_i, the second from the neighbours' ρ_j), over |x_i - x_j| < 2h_i.
+
+    One pass, no scatter: the exact gradient's reaction terms come from every j
+    whose own ball holds i, and a ball larger than i's reaches past i's
+    candidates. The pairs missed, 2h_i < r < 2h_j, sit where F(r, h_j) and its
+    slope vanish (the kernel's edge), so with h varying smoothly the
+    difference is small: for a Plummer sphere of 100,000 particles the
+    direction differs from the exact gradient by 4e-4 in norm (0.16% for the
+    median particle, 3.8% for the 99th percentile), and by nothing where h is
+    uniform. It costs half the exact scatter form (one core, same sphere:
+    0.50 s against 0.91 s per pass).
+    Features: "a" = e σ_d h^{-d-2}
+    and "inv_h" = 1/h per particle (`_loss_gradient_features`), so a pair
+    costs no powers."""
+    slope = get_kernel(kernel_name).slope_over_q_in(dim)
 
     def pair(a_i, a_j, dx):
         r = safe_distance(dx)
-        coef = a_i["e"] * a_j["m"] * kernel.gradient_factor(r, a_i["h"], dim)
-        to_i = jnp.stack([coef * d for d in dx], axis=-1)
-        return to_i, -to_i
+        q_i = r * a_i["inv_h"]
+        # A candidate list holds whole cells, some of them outside i's ball,
+        # where F(r, h_i) is 0 but F(r, h_j) need not be: the ball's edge
+        # is explicit so that the sum does not depend on the cell layout.
+        reaction = jnp.where(q_i < SUPPORT, a_j["a"] * a_i["m"] * slope(r * a_j["inv_h"]), 0.0)
+        coef = a_i["a"] * a_j["m"] * slope(q_i) + reaction
+        return tuple(coef * d for d in dx), None
 
     return pair
 
 
+def _loss_gradient_features(kernel_name: str, x: Array, m: Array, h: Array, e: Array) -> dict:
+    dim = x.shape[1]
+    norm = get_kernel(kernel_name).normalisation(dim)
+    return {"x": x, "m": m, "a": e * norm * h ** (-dim - 2), "inv_h": 1.0 / h}
+
+
 def adaptive_density(positions: Array, masses: Array, h: Array, *, box: Array | None = None, kernel: str = "cubic",
                      query: Array | None = None, n_bands: int = 8, band_ratio: float = 2.0,
-                     cells_per_reach: int = 2, chunk: int = 16, groups: int = 128) -> Array:
+                     cells_per_reach: int | None = None, x_cells_per_reach: int | None = None,
+                     chunk: int | None = None, groups: int = 128) -> Array:
     r"""SPH density $\rho_i = \sum_j m_j W(|x_i - x_j|, h_i)$ with per-particle h,
     on banded cell lists (`sph.pairs`): efficient when h varies by up to
     `band_ratio ** n_bands` across the particles, exact for any h.
@@ -136,16 +166,18 @@ def adaptive_density(positions: Array, masses: Array, h: Array, *, box: Array | 
     h = jnp.broadcast_to(jnp.asarray(h, positions.dtype), (n,))
     if box is not None:
         box = jnp.broadcast_to(jnp.asarray(box, positions.dtype), (dim,))
-    fn = _adaptive_density_fn(kernel, int(n_bands), float(band_ratio), int(cells_per_reach), int(chunk), int(groups))
+    fn = _adaptive_density_fn(kernel, int(n_bands), float(band_ratio), cells_per_reach, x_cells_per_reach, chunk,
+                              int(groups))
     return fn(positions, masses, h, box, None if query is None else jnp.asarray(query, bool))
 
 
 @functools.lru_cache(maxsize=None)
-def _adaptive_density_fn(kernel, n_bands, band_ratio, cells_per_reach, chunk, groups):
+def _adaptive_density_fn(kernel, n_bands, band_ratio, cells_per_reach, x_cells_per_reach, chunk, groups):
     @jax.jit
     def fn(positions, masses, h, box, query):
         bands = build_bands(positions, SUPPORT * h, box=box, n_bands=n_bands, band_ratio=band_ratio,
-                            cells_per_reach=cells_per_reach, chunk=chunk, groups=groups, query=query)
+                            cells_per_reach=cells_per_reach, x_cells_per_reach=x_cells_per_reach,
+                            chunk=chunk, groups=groups, query=query)
         features = {"x": positions, "m": masses, "h": h}
         return pair_sum(_density_pair(kernel, positions.shape[1]), bands, features, 1)[:, 0]
 
@@ -159,8 +191,9 @@ class _Problem(eqx.Module):
     masses: Array
     target: Callable[[Array], Array]
     box: Array | None
-    com_masses: Array
-    radii: Array | None  # the input's sorted radii about its centre of mass, kept each step
+    com_masses: Array  # the stars' masses (times weights): centre of mass and Lagrangian radii
+    centre: Array  # the input's centre of mass, fixed: the centre of the radial profile
+    radii: Array | None  # the input's radial profile knots (`_profile_knots`), kept each step
     settings: RelaxSettings = eqx.field(static=True)
 
 
@@ -185,6 +218,12 @@ def smoothing_lengths(positions: Array, masses: Array, target: Callable[[Array],
     near 6.9 Plummer radii (5.3 r_h), beyond the 3 r_h where relaxation quality
     is measured.
     """
+    h, rho_t, live, _ = _smoothing_lengths_and_slope(positions, masses, target, eta, scale_fraction)
+    return h, rho_t, live
+
+
+def _smoothing_lengths_and_slope(positions, masses, target, eta, scale_fraction=0.75):
+    """`smoothing_lengths` and the target's gradient ∇ρ_t(x_i), (N, d)."""
     dim = positions.shape[1]
     rho_t, pullback = jax.vjp(target, positions)
     (slope,) = pullback(jnp.ones_like(rho_t))
@@ -197,7 +236,7 @@ def smoothing_lengths(positions: Array, masses: Array, target: Callable[[Array],
     live = positive & (h * h * slope2 <= (scale_fraction * rho_safe) ** 2)
     h_live_min = jnp.min(jnp.where(live, h, jnp.inf))
     h = jnp.where(positive, h, jax.lax.stop_gradient(h_live_min))
-    return h, rho_t, live
+    return h, rho_t, live, slope
 
 
 def _schedule(t, settings: RelaxSettings, dtype):
@@ -212,63 +251,87 @@ def _step(problem: _Problem, state):
     s = problem.settings
     dim = x.shape[1]
     m = problem.masses
-    h, rho_t, live = smoothing_lengths(x, m, problem.target, s.eta)
+    h, rho_t, live, slope = _smoothing_lengths_and_slope(x, m, problem.target, s.eta)
     bands = build_bands(x, SUPPORT * h, box=problem.box, n_bands=s.n_bands, band_ratio=s.band_ratio,
-                        cells_per_reach=s.cells_per_reach, chunk=s.chunk, groups=s.groups,
+                        cells_per_reach=s.cells_per_reach, x_cells_per_reach=s.x_cells_per_reach,
+                        chunk=s.chunk, groups=s.groups,
                         query=jax.lax.stop_gradient(live))
     features = {"x": x, "m": m, "h": h}
     rho = pair_sum(_density_pair(s.kernel, dim), bands, features, 1)[:, 0]
     e = jnp.where(live, 2.0 * (rho - rho_t), 0.0)
-    g = pair_sum(_loss_gradient_pair(s.kernel, dim), bands, {**features, "e": e}, dim, scatter=True)
+    g = pair_sum(_loss_gradient_pair(s.kernel, dim), bands, _loss_gradient_features(s.kernel, x, m, h, e), dim)
+    g = g - e[:, None] * slope  # the target's own slope: -2(ρ_i - ρ_t,i) ∇ρ_t(x_i)
     tau = _schedule(t, s, x.dtype)
     spacing = h / s.eta  # the local spacing of live particles
     rho_safe = jnp.where(live, rho_t, 1.0)
     v = s.momentum * v - tau * (spacing**2 / rho_safe**2)[:, None] * g
-    # Cap |v_i| at max_step spacings (double where: the norm's gradient at 0).
+    v = jnp.where(live[:, None], v, 0.0)
+    cap = s.max_step * spacing
+    if problem.box is None:
+        if problem.radii is not None:
+            # The radial profile's own change comes out before the cap: where
+            # the target is steep (a King core) the step's coherent radial
+            # part is large, and capped first it would shrink the rest with it.
+            v = _keep_radii(x + v, problem.radii, problem.com_masses, problem.centre) - x
+        v = _capped(v, cap)
+        # Keep the centre of mass: take out the stars' mean displacement, each
+        # particle in proportion to its own spacing. A uniform shift instead
+        # (the mean is mostly the halo's large, noisy moves) jolted a King
+        # core, whose spacings are 30 times smaller, by up to a spacing per
+        # step; without any, the pair forces' small net sum made the cluster
+        # drift by 0.05 r_h in 60 steps, away from the target's centre.
+        w = problem.com_masses
+        drift = jnp.sum(w[:, None] * v, axis=0) / jnp.sum(w * spacing)
+        v = v - spacing[:, None] * drift
+        x = x + v
+    else:
+        v = _capped(v, cap)
+        x = jnp.mod(x + v, problem.box)
+    return x, v, t + 1
+
+
+def _capped(v: Array, cap: Array) -> Array:
+    """v_i scaled down to |v_i| <= cap_i (double where: the norm's gradient at 0)."""
     speed2 = jnp.sum(v * v, axis=1)
     moving = speed2 > 0
     speed = jnp.sqrt(jnp.where(moving, speed2, 1.0))
-    cap = s.max_step * spacing
-    v = v * jnp.where(moving & (speed > cap), cap / speed, 1.0)[:, None]
-    v = jnp.where(live[:, None], v, 0.0)
-    if problem.box is None:
-        w = problem.com_masses
-        v = v - jnp.sum(w[:, None] * v, axis=0) / jnp.sum(w)
-        x_new = x + v
-        if problem.radii is not None:
-            x_new = _keep_radii(x_new, problem.radii, w)
-            v = x_new - x
-        x = x_new
-    else:
-        x = jnp.mod(x + v, problem.box)
-    return x, v, t + 1
+    return v * jnp.where(moving & (speed > cap), cap / speed, 1.0)[:, None]
 
 
 def _centre_of_mass(x: Array, w: Array) -> Array:
     return jnp.sum(w[:, None] * x, axis=0) / jnp.sum(w)
 
 
-def _sorted_radii(x: Array, w: Array) -> Array:
-    return jnp.sort(_radius(x - _centre_of_mass(x, w)))
+PROFILE_KNOTS = 64  # radial mass profile held at the mass fractions k / 64 (keep_radii)
 
 
-def _keep_radii(x: Array, radii: Array, w: Array) -> Array:
-    """Move every particle along its ray from the centre of mass so that the
-    sorted radii are `radii` again (rank k gets the k-th radius), keeping the
-    centre of mass: the radial
-    mass profile, and so the half-mass radius, stay those of the input, while
-    the particles rearrange in angle and swap ranks freely. The permutation is
-    piecewise constant; the gradient flows through `radii` and the directions."""
-    centre = _centre_of_mass(x, w)
+def _profile_knots(x: Array, w: Array, knots: int, centre: Array) -> Array:
+    """Lagrangian radii about `centre` (weights `w`) at the mass fractions
+    k / knots, k = 1 .. knots - 1 (the half-mass radius among them when
+    `knots` is even)."""
+    from ..diagnostics.radii import lagrangian_radii
+
+    fractions = np.arange(1, knots) / knots
+    return lagrangian_radii(x, w, jnp.asarray(fractions, x.dtype), centre=centre)
+
+
+def _keep_radii(x: Array, knots: Array, w: Array, centre: Array) -> Array:
+    """Move every particle along its ray from `centre` by the one smooth,
+    monotonic map of radius that puts the Lagrangian radii back on `knots`
+    (the input's, `_profile_knots`): piecewise linear between them,
+    proportional inside the first and beyond the last. The radial mass profile
+    is the input's at every knot, the half-mass radius included, while the
+    particles rearrange freely at smaller scales, radially too. (Holding every
+    rank's radius instead pins the random sample's radial Poisson noise in
+    place: at N = 20,000 that left 9% to 16% error in the relaxed interior.)"""
     d = x - centre
     r = _radius(d)
-    order = jnp.argsort(r)
-    new_r = jnp.zeros_like(r).at[order].set(radii)
+    now = _profile_knots(x, w, knots.shape[0] + 1, centre)
+    inner = r * (knots[0] / now[0])
+    outer = r + (knots[-1] - now[-1])  # not a stretch: that would swing the far halo
+    new_r = jnp.where(r < now[0], inner, jnp.where(r > now[-1], outer, jnp.interp(r, now, knots)))
     scale = jnp.where(r > 0, new_r / jnp.where(r > 0, r, 1.0), 1.0)
-    moved = d * scale[:, None]
-    # Rescaling radii moves the centre of mass a little: put it back (the
-    # radii are then off by that shift, one step's worth, not accumulated).
-    return centre + moved - _centre_of_mass(moved, w)
+    return centre + d * scale[:, None]
 
 
 def _run(problem: _Problem, x: Array, v: Array, first: int, count: int) -> tuple[Array, Array]:
@@ -476,16 +539,15 @@ def relax(
     - `velocities`: "keep" (default) or "resample" from the model's
       distribution function at the new positions (Plummer, King, LIMEPY;
       needs `key`).
-    - `keep_radii`: after every step, move each particle along its ray from
-      the centre of mass so that the sorted radii are those of the input
-      (default: True for `target=None`, i.e. a spherical model). The SPH
-      density of a random sample is biased high by its self term (about 18%
-      of the target at eta = 1.2 in 3D), so an open cluster can lower the
-      loss by expanding while its particles order: a Plummer sphere of
-      100,000 stars grew 8.8% in r_h over 100 steps that way. Keeping the
-      radii holds the radial profile, and r_h, to the input's (its radial
-      Poisson noise too: at N = 100,000 the rms deviation inside 3 r_h falls
-      from 33% to 11% with the radii kept, to 4.6% without).
+    - `keep_radii`: after every step, move the particles along their rays
+      from the input's centre of mass by one smooth monotonic map of radius
+      that puts the Lagrangian radii at mass fractions k/64 back on the
+      input's (default: True for `target=None`, i.e. a spherical model), so
+      r_h is kept. The SPH density of a random sample is biased high by its
+      self term (about 20% of the target at eta = 1.2 in 3D), and an open
+      cluster can lower the loss by expanding, with particles gathering in
+      pairs, instead of ordering: a Plummer sphere of 100,000 stars grew 10%
+      in r_h over 100 steps that way.
     - `kernel`: "cubic", "wendland_c2" or "wendland_c4".
     - `n_bands`, `band_ratio`: smoothing-length bands of the cell lists
       (default 1 band for a constant target, 8 bands of factor 2 otherwise).
@@ -540,8 +602,10 @@ def relax(
         keep_radii = target is None
     if keep_radii and box is not None:
         raise ValueError("keep_radii applies to open boundaries (box=None)")
-    radii = _sorted_radii(x0, com_masses) if keep_radii else None
-    problem = _Problem(m, target_fn, box, com_masses, radii, settings)
+    knots = 2 * max(1, min(PROFILE_KNOTS // 2, n // 32))  # even: r_h is a knot
+    centre = _centre_of_mass(x0, com_masses)
+    radii = _profile_knots(x0, com_masses, knots, centre) if keep_radii else None
+    problem = _Problem(m, target_fn, box, com_masses, centre, radii, settings)
 
     x, v = x0, jnp.zeros_like(x0)
     if progress:
@@ -549,6 +613,8 @@ def relax(
     else:
         x, v = _run(problem, x, v, 0, int(steps))
 
+    if box is None:
+        x = x + (centre - _centre_of_mass(x, com_masses))  # round-off only: each step keeps it
     if ic is None:
         return x
     vel = ic.state.velocities
