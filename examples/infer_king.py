@@ -76,6 +76,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="infer_king.png")
     args = parser.parse_args()
+    if args.chain_method == "parallel" and args.likelihood == "mock":
+        # Measured: under numpyro's pmap the builder's diffrax profile solve
+        # (an equinox checkpointed while loop) fails to differentiate
+        # ("Closure-converted function called with different dynamic arguments").
+        parser.error("--chain-method parallel does not work with --likelihood mock yet; use vectorized")
     if args.chain_method == "parallel":
         numpyro.set_host_device_count(args.num_chains)  # before JAX's CPU backend starts
 
