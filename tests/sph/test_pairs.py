@@ -161,3 +161,29 @@ def test_scatter_pass_is_the_exact_gradient_for_any_h():
     exact = jax.grad(lambda x: jnp.sum(e * _brute_density(x, m, h)))(x)
     np.testing.assert_allclose(_scatter_direction(x, m, h, e), exact, rtol=1e-9,
                                atol=1e-11 * float(jnp.max(jnp.abs(exact))))
+
+
+def test_query_runs_listed_in_blocks_are_complete(monkeypatch):
+    """A banded build lists runs for its queries only, in blocks: with blocks
+    much smaller than N (many trips, a partial last one) every query's
+    candidates hold every particle inside its own support, and the other
+    particles have none."""
+    from progenax.sph import cells
+
+    x, _, h = _clustered(1000, 3)
+    support = 2.0 * h
+    query = jax.random.uniform(jax.random.PRNGKey(5), (1000,)) < 0.3
+    reach = jnp.max(jnp.where(query, support, 0.0))
+    monkeypatch.setattr(cells, "_QUERY_BLOCK", 37)  # read when traced
+    blocked = jax.jit(lambda x: cells.build_cell_list(x, reach, cells_per_reach=2, x_cells_per_reach=8,
+                                                      query=query, query_reach=support))(x)
+    is_query = np.asarray(query[blocked.order])
+    counts = np.asarray(cells.candidate_counts(blocked))
+    assert np.all(counts[~is_query] == 0) and np.all(counts[is_query] > 0)
+    sorted_x = np.asarray(blocked.positions.T)
+    own_support = np.asarray(support[blocked.order])
+    begin, length = np.asarray(blocked.run_begin), np.asarray(blocked.run_length)
+    for t in np.flatnonzero(is_query):
+        listed = np.concatenate([np.arange(b, b + n) for b, n in zip(begin[t], length[t])])
+        inside = np.flatnonzero(np.linalg.norm(sorted_x - sorted_x[t], axis=1) < own_support[t])
+        assert set(inside.tolist()) <= set(listed.tolist())

@@ -49,6 +49,8 @@ from .._types import Array
 # Cells slightly larger than reach / k, so that a pair at separation just under
 # the reach is never k + 1 cells apart after rounding in floor().
 _CELL_SAFETY = 1.0 + 1e-9
+# Queries per block when only some particles are queries (`_query_runs`).
+_QUERY_BLOCK = 4096
 
 
 class CellList(eqx.Module):
@@ -232,9 +234,11 @@ def build_cell_list(
 
     rows = _RowIndex(cell_start, counts[0], periodic)
     own_reach = reach if query_reach is None else query_reach[order]
-    begin, length = _candidate_runs(sorted_coords, frac, side, own_reach, counts, strides, rows, k)
-    if query is not None:
-        length = jnp.where(query[order][:, None], length, 0)
+    if query is None:
+        begin, length = _candidate_runs(sorted_coords, frac, side, own_reach, counts, strides, rows, k)
+    else:
+        own_reach = jnp.broadcast_to(own_reach, (n,))
+        begin, length = _query_runs(query[order], sorted_coords, frac, side, own_reach, counts, strides, rows, k)
     own_row = sorted_cell // counts[0]
     sorted_index = jnp.arange(n, dtype=jnp.int32)
     self_index = rows.start(own_row) + sorted_index if periodic else sorted_index
@@ -330,6 +334,31 @@ def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex,
         begins.append(begin)
         lengths.append(jnp.where(valid, end - begin, 0))
     return jnp.stack(begins, axis=1), jnp.stack(lengths, axis=1)
+
+
+def _query_runs(is_query, coords, frac, side, reach, counts, strides, rows: _RowIndex, k):
+    """`_candidate_runs` for the queries only (sorted order; others get empty runs).
+
+    A band of a banded list often holds a small fraction of the particles, and
+    listing runs is most of a build (25 rows per particle in 3D), so the
+    queries are gathered in blocks of `_QUERY_BLOCK` and only those blocks are
+    computed: a loop of ceil(queries / block) trips, decided in-graph.
+    """
+    n = is_query.shape[0]
+    block = min(_QUERY_BLOCK, n)
+    # Sorted indices of the queries, then n (out of range: dropped) as padding.
+    index = jnp.nonzero(is_query, size=n + block, fill_value=n)[0].astype(jnp.int32)
+    n_runs = len(_row_offsets(coords.shape[1], k))
+
+    def one_block(b, runs):
+        ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
+        at = jnp.minimum(ids, n - 1)
+        begin, length = _candidate_runs(coords[at], frac[at], side, reach[at], counts, strides, rows, k)
+        return tuple(r.at[ids].set(v, mode="drop", unique_indices=True) for r, v in zip(runs, (begin, length)))
+
+    empty = jnp.zeros((n, n_runs), jnp.int32)
+    trips = (jnp.sum(is_query, dtype=jnp.int32) + block - 1) // block
+    return jax.lax.fori_loop(0, trips, one_block, (empty, empty))
 
 
 def candidate_counts(cells: CellList) -> Array:

@@ -178,21 +178,21 @@ def safe_distance(dx: list[Array]) -> Array:
 
 
 # -- the slot loop with gather and scatter accumulators -------------------------
-def _fold(cells: CellList, terms, gather_init, scatter_init, chunk: int, groups: int):
+def _fold(cells: CellList, terms, gather_init, scatter_init, chunk: int, groups: int, queries=None):
     """Sum `terms(i, j, valid) -> (to_i, to_j)` over every candidate slot.
 
     to_i: tuple of (M, C, ...) summed over C into the query; to_j: tuple of
     (M, C, ...) scatter-added to the candidate's sorted index. Returns the
     accumulators (sorted order). Groups and trip counts as in
-    `cells.fold_candidates`.
+    `cells.fold_candidates`. `queries`: the number of particles with
+    candidates (a band's members), if known: they come last in workload
+    order, so the groups before theirs (no work) are skipped.
     """
     n = cells.size
     groups = max(1, min(int(groups), n))
     size = -(-n // groups)
     lanes = jnp.arange(chunk, dtype=jnp.int32)[None, :]
-    ends = jnp.cumsum(cells.run_length, axis=1)
-    run_start = ends - cells.run_length
-    jump = jnp.diff(cells.run_begin - run_start, axis=1, prepend=jnp.zeros_like(run_start[:, :1]))
+    first_group = 0 if queries is None else (n - queries) // size
     pad = groups * size - n
     members = jnp.concatenate([cells.by_workload, jnp.zeros(pad, jnp.int32)])
     targets = jnp.concatenate([cells.by_workload, jnp.full(pad, n, jnp.int32)])
@@ -204,8 +204,13 @@ def _fold(cells: CellList, terms, gather_init, scatter_init, chunk: int, groups:
         # Padding rows (copies of particle 0) get no slots: their scatter
         # would otherwise add particle 0's reactions again.
         real = g * size + jnp.arange(size) < n
-        total = jnp.where(real, ends[i, -1], 0)
-        starts, jumps = run_start[i].T[:, :, None], jump[i].T[:, :, None]
+        # Candidate index = slot + offset inside a run; offsets as jumps at run starts.
+        lengths = cells.run_length[i]
+        ends = jnp.cumsum(lengths, axis=1)
+        run_start = ends - lengths
+        jump = jnp.diff(cells.run_begin[i] - run_start, axis=1, prepend=jnp.zeros_like(run_start[:, :1]))
+        total = jnp.where(real, ends[:, -1], 0)
+        starts, jumps = run_start.T[:, :, None], jump.T[:, :, None]
         self_index = cells.self_index[i]
         n_steps = (jnp.max(total) + chunk - 1) // chunk
         rows = i[:, None]
@@ -232,7 +237,7 @@ def _fold(cells: CellList, terms, gather_init, scatter_init, chunk: int, groups:
         gathered = tuple(a.at[target].set(v, mode="drop") for a, v in zip(gathered, local))
         return gathered, scattered
 
-    return jax.lax.fori_loop(0, groups, one_group, (gather_init, scatter_init))
+    return jax.lax.fori_loop(first_group, groups, one_group, (gather_init, scatter_init))
 
 
 def _sorted_features(features: dict, cells: CellList):
@@ -291,7 +296,7 @@ def _forward(pair_fn, width, bands: Bands, features: dict):
             return out_i, out_j
 
         zeros = lambda count: tuple(jnp.zeros(n, dtype) for _ in range(count))
-        gathered, scattered = _fold(cells, terms, zeros(k_i), zeros(k_j or 0), bands.chunk, bands.groups)
+        gathered, scattered = _fold(cells, terms, zeros(k_i), zeros(k_j or 0), bands.chunk, bands.groups, bands.members[b])
         result = jnp.stack(gathered, axis=1)
         if scattered:
             result = result + jnp.stack(scattered, axis=1)
@@ -328,7 +333,7 @@ def _backward(pair_fn, bands: Bands, features: dict, s_bar: Array):
             # d_i's entries are (M, 1): `_fold` sums them over their one lane.
             return _flat(d_i, keys), _flat(d_j, keys)
 
-        gathered, scattered = _fold(cells, terms, zeros, zeros, bands.chunk, bands.groups)
+        gathered, scattered = _fold(cells, terms, zeros, zeros, bands.chunk, bands.groups, bands.members[b])
         return tuple(t + _unsort(g + s, cells) for t, g, s in zip(total, gathered, scattered))
 
     zeros = _flat({k: [jnp.zeros(n, features[k].dtype)] * dim if k == "x" else jnp.zeros(n, features[k].dtype)
