@@ -361,3 +361,52 @@ def test_single_mass_king_can_be_segregated():
     assert float(ic.params["segregation"]) == 0.9
     with pytest.raises(ValueError, match="segregation and mass_bins"):
         king_builder(0, n=100, mass_bins=3, segregation=0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(profile_points=63), "profile_points"),
+        (dict(profile_points=256.0), "profile_points"),
+        (dict(profile_points=True), "profile_points"),
+        (dict(speed_table_size=7), "speed_table_size"),
+        (dict(speed_table_size="64"), "speed_table_size"),
+        (dict(speed_table_size=None), "speed_table_size"),
+    ],
+)
+def test_bad_grid_options_raise(kwargs, name):
+    for builder in (king_builder, limepy_builder):
+        with pytest.raises(ValueError, match=name):
+            builder(0, n=10, **kwargs)
+
+
+def test_coarse_grids_agree_with_the_defaults(king6):
+    # Same key and stars as king6 (1024 nodes, 128 x 128 table) on the mock
+    # likelihood's grids, 256 / 64. Measured over these 1e5 stars: max relative
+    # change 8.7e-4 in radius and 6.8e-3 in speed (the largest at the slowest
+    # stars, near r_t), r_t within 1.3e-7; the bounds leave a factor ~3.
+    ic = king6[0]
+    coarse = king_builder(
+        jax.random.PRNGKey(11), n=N, W0=6.0, r_h=1.0, imf="equal", profile_points=256, speed_table_size=64
+    )
+    r0, r1 = (np.linalg.norm(np.asarray(c.state.positions), axis=1) for c in (ic, coarse))
+    v0, v1 = (np.linalg.norm(np.asarray(c.state.velocities), axis=1) for c in (ic, coarse))
+    assert np.max(np.abs(r1 - r0) / r0) < 3e-3
+    assert np.max(np.abs(v1 - v0) / v0) < 2e-2
+    assert abs(float(coarse.params["r_t"]) / float(ic.params["r_t"]) - 1) < 1e-6
+
+
+@pytest.mark.slow  # four builder compilations, 1-2 min
+def test_grid_options_reach_the_anisotropic_and_multimass_paths():
+    # 128 / 16 against the defaults at n = 64 (r_h = 1 pc, ~0.5 km/s). Measured:
+    # max |dx| 1.0e-4 pc, |dv| 2.3e-3 km/s (ra = 5) and 4.1e-4 pc, 2.5e-5 km/s
+    # (2 mass bins); nonzero differences show the options reached the path.
+    for build in (
+        lambda **kw: limepy_builder(0, n=64, ra=5.0, **kw),
+        lambda **kw: king_builder(0, n=64, mass_bins=2, **kw),
+    ):
+        coarse, default = build(profile_points=128, speed_table_size=16), build()
+        dx = np.max(np.abs(np.asarray(coarse.state.positions) - np.asarray(default.state.positions)))
+        dv = np.max(np.abs(np.asarray(coarse.state.velocities) - np.asarray(default.state.velocities)))
+        assert 0 < dx < 2e-3
+        assert 0 < dv < 1e-2

@@ -89,6 +89,18 @@ def test_S_zero_skips_segregation():
     assert "segregation" not in b.params
 
 
+def test_S_zero_skips_segregation_under_an_outer_jit():
+    """A literal 0 is static even when the builder is traced inside `jit` (as
+    in the mock likelihood): segregating at S = 0 re-pairs masses with orbits
+    by energy rank, which moved King stars by parsecs between W0 = 6.040 and
+    6.041 and made the likelihood discontinuous."""
+    key = jax.random.PRNGKey(7)
+    eager = plummer_builder(key, n=100, r_h=1.0)
+    traced = jax.jit(lambda r_h: plummer_builder(key, n=100, r_h=r_h))(jnp.float64(1.0))
+    np.testing.assert_allclose(traced.state.positions, eager.state.positions, rtol=1e-12, atol=1e-12)
+    assert "segregation" not in traced.params
+
+
 def test_soft_rank_limits():
     keys = jax.random.uniform(jax.random.PRNGKey(8), (200,))
     hard = np.argsort(np.argsort(np.asarray(keys)))

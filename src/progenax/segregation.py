@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._types import Array, ArrayLike, Key, Masses, Positions, Velocities
 from .units import G_PHYSICAL
@@ -70,11 +71,15 @@ TEMPERATURE_MAX = 8.0
 
 
 def _is_static_zero(x: ArrayLike) -> bool:
+    """Whether `x` is a value known when tracing (not a tracer) and zero.
+
+    NumPy, not jnp: under an outer `jit` every jnp operation is staged, so
+    `jnp.asarray(0.0)` is a tracer there and a static 0 would look traced."""
     if isinstance(x, jax.core.Tracer):
         return False
     try:
-        return bool(jnp.all(jnp.asarray(x) == 0))
-    except TypeError:
+        return bool(np.all(np.asarray(x) == 0))
+    except (TypeError, ValueError):
         return False
 
 
@@ -88,8 +93,12 @@ def check_segregation_arguments(checks: ParameterChecks, segregation, temperatur
     temperature = checks.range(
         "segregation_temperature", temperature, lower=0.0, upper=TEMPERATURE_MAX, upper_inclusive=True
     )
+    # Decided on the argument itself: the checked S is a tracer under an outer
+    # jit, and segregating at S = 0 re-pairs masses with orbits by their energy
+    # rank, which jumps as a parameter (the King W0) reorders the energies.
+    static_zero = _is_static_zero(segregation)
     S = checks.range("segregation", segregation, lower=0.0, upper=1.0, lower_inclusive=True)
-    return (None if _is_static_zero(S) else S), temperature
+    return (None if static_zero else S), temperature
 
 
 def specific_energies(positions: Positions, velocities: Velocities, total_mass, G, centre) -> Array:
