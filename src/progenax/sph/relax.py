@@ -537,6 +537,9 @@ def relax(
       required), or any callable rho(x): (N, d) -> (N,) in mass / length^d,
       pointwise and differentiable.
     - `steps`: number of steps (fixed; a `lax.scan`). 0 returns the input.
+      At N = 100,000 a Plummer sphere reaches 2.3% rms inside 3 r_h after
+      100; a King W0 = 9 cluster 3.7% after the default 200 and 2.5% after
+      600 (`benchmarks/relax.py`).
     - `box`: periodic box length (scalar or one per axis), None for open space.
     - `masses`: for a bare positions array: scalar or (N,); default for a
       constant target is rho * volume / N (the target is then reachable).
