@@ -62,6 +62,7 @@ from .sampling import isotropic_directions, uniform_open
 from .segregation import check_segregation_arguments
 from .state import InitialConditions
 from .units import G_PHYSICAL
+from .validation import check_static_int
 
 PROFILE_POINTS_MIN = 64  # solve_king_profile's own lower bound
 # speed_table itself runs from 2 rows and 1 column; below 8 (a cell of 1/8 in
@@ -192,13 +193,10 @@ def _lowered_isothermal_multimass(
 
 
 def _check_grid_options(profile_points, speed_table_size) -> tuple[int, int]:
-    for name, value, lowest in [
-        ("profile_points", profile_points, PROFILE_POINTS_MIN),
-        ("speed_table_size", speed_table_size, SPEED_TABLE_SIZE_MIN),
-    ]:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
-            raise ValueError(f"{name} must be an int >= {lowest} (static), got {value!r}")
-    return int(profile_points), int(speed_table_size)
+    return (
+        check_static_int("profile_points", profile_points, PROFILE_POINTS_MIN),
+        check_static_int("speed_table_size", speed_table_size, SPEED_TABLE_SIZE_MIN),
+    )
 
 
 def _build(

@@ -24,6 +24,13 @@ def check_count(name: str, value: int) -> int:
     return int(value)
 
 
+def check_static_int(name: str, value: int, lowest: int) -> int:
+    """A static integer setting (grid size, iteration count): a Python int >= `lowest`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
+        raise ValueError(f"{name} must be an int >= {lowest} (static), got {value!r}")
+    return int(value)
+
+
 def _is_concrete(x: Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 

@@ -91,7 +91,7 @@ from jax.scipy.special import gammainc, gammaln
 from .._types import Array, ArrayLike
 from ..kinematics.king_df import anisotropic_moments, kummer_1f1_neg
 from ..sampling import safe_divide, solve_increasing
-from ..validation import check_range
+from ..validation import check_range, check_static_int
 
 G_MAX = 3.5
 """Models are finite only for g < 3.5 (Gieles & Zocchi 2015)."""
@@ -197,8 +197,7 @@ def solve_king_profile(
     **Returns:** a `KingProfile`; with `ra`, its `ra` and `beta` (the anisotropy
     $\beta(r) = 1 - \sigma_t^2/(2\sigma_r^2)$ on the grid) are set.
     """
-    if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 64:
-        raise ValueError(f"num_points must be an int >= 64 (static), got {num_points!r}")
+    num_points = check_static_int("num_points", num_points, 64)
     if not (isinstance(r_max, (int, float)) and np.isfinite(r_max) and r_max > 10.0):
         raise ValueError(f"r_max must be a finite float > 10 (static), got {r_max!r}")
     W0 = check_range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
@@ -513,8 +512,7 @@ def solve_multimass_king_profile(
 
     **Returns:** a `MultiMassKingProfile`.
     """
-    if isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer)) or num_iterations < 1:
-        raise ValueError(f"num_iterations must be an int >= 1 (static), got {num_iterations!r}")
+    num_iterations = check_static_int("num_iterations", num_iterations, 1)
     W0 = check_range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
     g = check_range("g", g, lower=0.0, upper=G_MAX, lower_inclusive=True)
     delta = check_range("delta", delta, lower=0.0, lower_inclusive=True)
