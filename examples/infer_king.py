@@ -26,33 +26,12 @@ import numpy as np
 import numpyro
 from numpyro.infer import MCMC, NUTS
 
-from progenax.infer import init_to_data, king_model, mock_likelihood, simulate_king
-from progenax.infer.diagnostics import bulk_ess, split_r_hat
+from progenax.infer import init_to_data, king_model, mock_likelihood, print_recovery, simulate_king
 from progenax.infer.plotting import corner_plot
 
 jax.config.update("jax_enable_x64", True)
 
 TRUTH = {"r_h": 1.0, "alpha": 2.3, "Q": 0.5, "W0": 6.0}
-
-
-def report(mcmc, truth, num_chains, num_samples, wall):
-    """Print the summary and the acceptance figures; return the flat draws."""
-    mcmc.print_summary()
-    grouped = mcmc.get_samples(group_by_chain=True)
-    flat = {p: np.asarray(mcmc.get_samples()[p]) for p in truth}
-    divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
-    total = num_chains * num_samples
-    print(f"{'param':6s} {'truth':>6s} {'median':>8s} {'sd':>8s} {'(med-truth)/sd':>15s} {'bulk ESS':>9s} {'r-hat':>6s}")
-    ess = {}
-    for p, t in truth.items():
-        med, sd = np.median(flat[p]), np.std(flat[p])
-        ess[p] = bulk_ess(grouped[p]) if total >= 8 else float("nan")
-        r_hat = split_r_hat(grouped[p]) if num_samples >= 4 else float("nan")
-        print(f"{p:6s} {t:6.2f} {med:8.4f} {sd:8.4f} {(med - t) / sd:15.2f} {ess[p]:9.0f} {r_hat:6.3f}")
-    print(f"divergences: {divergences} of {total} ({100.0 * divergences / total:.2f} %)")
-    print(f"wall time (compile + warmup + sampling): {wall:.1f} s")
-    print(f"min bulk ESS / s: {min(ess.values()) / wall:.2f}")
-    return flat
 
 
 def main() -> None:
@@ -106,7 +85,9 @@ def main() -> None:
     mcmc.run(jax.random.PRNGKey(args.seed + 1), data, extra_fields=("diverging",))
     jax.block_until_ready(mcmc.get_samples())
     wall = time.perf_counter() - start
-    flat = report(mcmc, TRUTH, args.num_chains, args.num_samples, wall)
+    mcmc.print_summary()
+    print_recovery(mcmc, TRUTH, wall)
+    flat = {p: np.asarray(mcmc.get_samples()[p]) for p in TRUTH}
     corner_plot(flat, TRUTH, args.output, f"King NUTS posterior, {args.likelihood} likelihood (red: truth)")
     print(f"wrote {args.output}")
 

@@ -27,8 +27,7 @@ import numpy as np
 import numpyro
 from numpyro.infer import MCMC, NUTS
 
-from progenax.infer import init_to_data, mock_likelihood, plummer_model, simulate_plummer
-from progenax.infer.diagnostics import bulk_ess, split_r_hat
+from progenax.infer import init_to_data, mock_likelihood, plummer_model, print_recovery, simulate_plummer
 from progenax.infer.plotting import corner_plot
 
 jax.config.update("jax_enable_x64", True)
@@ -91,21 +90,8 @@ def main() -> None:
     jax.block_until_ready(mcmc.get_samples())
     wall = time.perf_counter() - start
     mcmc.print_summary()
-
-    grouped = mcmc.get_samples(group_by_chain=True)
+    print_recovery(mcmc, TRUTH, wall)
     flat = {p: np.asarray(mcmc.get_samples()[p]) for p in TRUTH}
-    divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
-    total = args.num_chains * args.num_samples
-    print(f"{'param':6s} {'truth':>6s} {'median':>8s} {'sd':>8s} {'(med-truth)/sd':>15s} {'bulk ESS':>9s} {'r-hat':>6s}")
-    ess = {}
-    for p, t in TRUTH.items():
-        med, sd = np.median(flat[p]), np.std(flat[p])
-        ess[p] = bulk_ess(grouped[p]) if args.num_chains * args.num_samples >= 8 else float("nan")
-        r_hat = split_r_hat(grouped[p]) if args.num_samples >= 4 else float("nan")
-        print(f"{p:6s} {t:6.2f} {med:8.4f} {sd:8.4f} {(med - t) / sd:15.2f} {ess[p]:9.0f} {r_hat:6.3f}")
-    print(f"divergences: {divergences} of {total} ({100.0 * divergences / total:.2f} %)")
-    print(f"wall time (compile + warmup + sampling): {wall:.1f} s")
-    print(f"min bulk ESS / s: {min(ess.values()) / wall:.1f}")
     corner_plot(flat, TRUTH, args.output, f"Plummer NUTS posterior, {args.likelihood} likelihood (red: truth)")
     print(f"wrote {args.output}")
 

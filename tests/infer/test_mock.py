@@ -102,3 +102,23 @@ def test_mock_is_tied_to_its_model(data, mock):
 
     with pytest.raises(ValueError, match="built for model 'plummer'"):
         initialize_model(jax.random.PRNGKey(0), king_model, model_args=(data,), model_kwargs={"likelihood": mock})
+
+
+@pytest.mark.slow
+def test_default_soft_bins_give_one_maximum_along_r_h():
+    """Regression for the bimodal r_h posterior of the Plummer mock example.
+
+    On the example's data (N = 2,000, seed 0, model key 2, default sizes), the
+    mock log-likelihood along r_h at alpha = 2.28, Q = 0.56 had two local
+    maxima (0.95 and 1.15) with soft-bin edges of width 0.05: single model
+    stars crossing bin edges. With the default width it has one. The scan's
+    step, 0.01 pc, is below the 0.2 pc separation of the old maxima.
+    """
+    import jax.numpy as jnp
+
+    data = simulate_plummer(jax.random.PRNGKey(0), n=2000, r_h=1.0, alpha=2.3, Q=0.5)
+    spec = mock_likelihood(data, "plummer", key=2, n_model=1000, n_sph=500, n_probes=256)
+    log_l = jax.jit(lambda r: mock_log_likelihood(spec, {"r_h": r, "alpha": jnp.asarray(2.28), "Q": jnp.asarray(0.56)}))
+    values = np.array([float(log_l(jnp.asarray(r))) for r in np.linspace(0.85, 1.25, 41)])
+    interior_maxima = (values[1:-1] > values[:-2]) & (values[1:-1] > values[2:])
+    assert int(np.sum(interior_maxima)) == 1, values

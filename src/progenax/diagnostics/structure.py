@@ -56,6 +56,7 @@ from scipy.spatial import Delaunay, QhullError
 from scipy.special import gammaln
 
 from .._types import Array, ArrayLike, Key, Scalar
+from ..validation import check_static_int
 
 MST_CONSTANT_2D = 0.633
 """Beardwood-Halton-Hammersley constant of the 2D Euclidean MST (length / sqrt(N A))."""
@@ -169,8 +170,7 @@ def q_parameter_knn(positions: Array, *, k: int = 1, los: int = 2) -> Scalar:
     **Arguments:** `positions` (n, 3), n > k; `k`: neighbours per star (static,
     >= 1); `los`: line-of-sight axis.
     """
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    check_static_int("k", k, 1)
     if los not in (0, 1, 2):
         raise ValueError(f"los must be 0, 1 or 2 (the line-of-sight axis), got {los!r}")
     positions = jnp.asarray(positions)
@@ -252,12 +252,10 @@ class SegregationRatio(NamedTuple):
 
 
 def _check_msr(n: int, n_massive: int, n_random: int) -> None:
-    if not isinstance(n_massive, int) or n_massive < 2:
-        raise ValueError(f"n_massive must be an int >= 2, got {n_massive!r}")
+    check_static_int("n_massive", n_massive, 2)
     if n_massive > n:
         raise ValueError(f"n_massive = {n_massive} exceeds the number of stars {n}")
-    if not isinstance(n_random, int) or n_random < 1:
-        raise ValueError(f"n_random must be an int >= 1, got {n_random!r}")
+    check_static_int("n_random", n_random, 1)
 
 
 def mass_segregation_ratio(

@@ -4,6 +4,10 @@ from .calibration import rank_statistic as rank_statistic
 from .calibration import rank_uniformity_test as rank_uniformity_test
 from .data import ObservedCluster as ObservedCluster
 from .data import observe as observe
+from .diagnostics import bulk_ess as bulk_ess
+from .diagnostics import print_recovery as print_recovery
+from .diagnostics import recovery_table as recovery_table
+from .diagnostics import split_r_hat as split_r_hat
 from .initialization import init_to_data as init_to_data
 from .king import king_default_priors as king_default_priors
 from .king import king_log_likelihood as king_log_likelihood
@@ -61,4 +65,9 @@ __all__ = [
     # calibration
     "rank_statistic",
     "rank_uniformity_test",
+    # convergence and recovery
+    "bulk_ess",
+    "split_r_hat",
+    "recovery_table",
+    "print_recovery",
 ]

@@ -68,6 +68,7 @@ import numpy as np
 
 from .._types import Array, ArrayLike
 from .kernels import SUPPORT, get_kernel
+from ..validation import check_static_int
 from .pairs import build_bands, pair_sum, safe_distance
 
 VELOCITY_MODES = ("keep", "resample")
@@ -434,8 +435,7 @@ def _check_target_values(rho_t: Array) -> Array:
 
 
 def _check_settings(steps, eta, step_size, momentum, max_step, velocities, n_bands, band_ratio):
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    check_static_int("steps", steps, 0)
     for name, value in (("eta", eta), ("step_size", step_size), ("max_step", max_step)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number, got {value!r}")
