@@ -25,16 +25,40 @@ def test_partial_entries_state_a_reason():
             assert entry.reason
 
 
-# LIMEPY's ra entry compiles the anisotropic builder on its own (about 50 s);
-# its W0 entry (about 35 s) takes the same code path as King's W0 entry (the
-# lowered-isothermal builder, g = 1.5 instead of 1; g's own gradient has its
-# entry). Both run in `make validate` and in `progenax audit`.
-_SLOW_ENTRIES = {("limepy_builder", "ra"), ("limepy_builder", "W0")}
+# Each builder's entries share one compile of it (check_entry), so an entry is
+# moved here only with every entry of its compile. These run in `make validate`
+# and in `progenax audit`:
+# - LIMEPY's ra entry compiles the anisotropic builder on its own (about 50 s).
+# - King's entries compile the lowered-isothermal builder a second time (about
+#   40 s): LIMEPY's W0, g, r_h and Q entries, in the default suite, check the
+#   same builder (_lowered_isothermal; King is g = 1 with Q = None, the DF's
+#   velocities unscaled), and segregation's partial entry has its fast twins
+#   for plummer_builder, eff_builder and fractal_builder (the same `segregate`).
+# - EFF's truncated entries (r_t, and gamma with r_t) compile the truncated
+#   builder (about 35 s): its composition is the one eff_builder's untruncated
+#   entries check, and the gradients of the truncated pieces it composes are
+#   checked against central differences in tests/profiles/test_eff.py
+#   (test_scale_radius_gradients, test_sampled_radii_gradients,
+#   test_dispersion_gradients: eff_scale_radius, eff_sample_radii,
+#   eff_velocity_dispersion with r_t).
+_SLOW_ENTRIES = {
+    ("limepy_builder", "ra"),
+    ("king_builder", "W0"),
+    ("king_builder", "r_h"),
+    ("king_builder", "alpha"),
+    ("king_builder", "segregation"),
+}
+
+
+def _is_slow(entry):
+    return (entry.builder, entry.parameter) in _SLOW_ENTRIES or (
+        entry.builder == "eff_builder" and "r_t" in {entry.parameter, *entry.kwargs}
+    )
 
 
 def _audit_params():
     return [
-        pytest.param(e, marks=pytest.mark.slow) if (e.builder, e.parameter) in _SLOW_ENTRIES else e
+        pytest.param(e, marks=pytest.mark.slow) if _is_slow(e) else e
         for e in REGISTRY
     ]
 

@@ -258,12 +258,13 @@ def test_audit_exit_code_follows_rows(monkeypatch, capsys, fail):
 @pytest.mark.parametrize("fmt,name", [("gadget", "snap.hdf5"), ("nbody6", "fort.10"), ("csv", "stars.csv")])
 def test_build_and_info_in_other_formats(tmp_path, capsys, fmt, name):
     path = tmp_path / name
-    code, _, err = _run(capsys, "build", "plummer", "--n", "300", "--format", fmt, "-o", str(path))
+    # n = N: the Plummer builder compiled for test_build_plummer_then_info serves these.
+    code, _, err = _run(capsys, "build", "plummer", "--n", N, "--format", fmt, "-o", str(path))
     assert code == 0, err
     assert path.exists() and path.stat().st_size > 0
     code, out, err = _run(capsys, "info", str(path), "--format", fmt)
     assert code == 0, err
-    assert "300" in out
+    assert str(N) in out
 
 
 def test_unknown_extension_without_format_is_a_usage_error(tmp_path, capsys):

@@ -30,21 +30,26 @@ def test_projected_half_mass_radius_at_100000(gamma):
     assert abs(float(r_h) - 1.0) < 0.02
 
 
-def test_virial_ratio_spherical_path_heavy_tail():
+@pytest.fixture(scope="module")
+def heavy_tail():
+    """gamma = 3 at n = 30,000 (Q = 0.5): one build (and compile) for both tests below."""
+    return eff_builder(jax.random.PRNGKey(9), n=30_000, gamma=3.0, Q=0.5)
+
+
+def test_virial_ratio_spherical_path_heavy_tail(heavy_tail):
     # n > 20,000 scales Q with the spherical W estimate about the model centre;
     # check it against the exact pairwise sum for the heavy-tailed gamma = 3.
     # The estimate's scatter at this n is ~1/sqrt(n) ~ 0.6%, so 0.01 in Q is ~3 sigma.
-    ic = eff_builder(jax.random.PRNGKey(9), n=30_000, gamma=3.0, Q=0.5)
-    s = ic.state
+    s = heavy_tail.state
     q = virial_ratio(s.positions, s.velocities, s.masses, method="exact")
     assert abs(float(q) - 0.5) < 0.01
 
 
-def test_spherical_estimate_centre_for_heavy_tails():
+def test_spherical_estimate_centre_for_heavy_tails(heavy_tail):
     # About the model centre, or the default coordinate-wise median: within 2%
-    # (scatter ~1/sqrt(n)). About the centre of mass it is ~4x off for gamma = 3.
-    ic = eff_builder(jax.random.PRNGKey(9), n=20_000, gamma=3.0)
-    x, m = ic.state.positions, ic.state.masses
+    # (scatter ~1/sqrt(n) ~ 0.6% at n = 30,000). About the centre of mass it is
+    # ~4x off for gamma = 3.
+    x, m = heavy_tail.state.positions, heavy_tail.state.masses
     exact = potential_energy(x, m, method="exact")
     about_centre = potential_energy(x, m, method="spherical", centre=ORIGIN)
     default = potential_energy(x, m, method="spherical")
@@ -106,20 +111,28 @@ def test_bad_input_eager(kwargs, name):
         eff_builder(0, **{"n": 100, **kwargs})
 
 
+# gamma, r_h and Q all traced: one compile serves every case below.
+_build_under_jit = jax.jit(lambda gamma, r_h, Q: eff_builder(0, n=100, gamma=gamma, r_h=r_h, Q=Q).state.positions)
+_GOOD = {"gamma": 3.0, "r_h": 1.0, "Q": 0.5}
+
+
 @pytest.mark.parametrize("name,value", [("gamma", 2.0), ("r_h", -1.0), ("Q", -1.0), ("gamma", float("nan"))])
 def test_bad_input_under_jit(name, value):
-    build = jax.jit(lambda v: eff_builder(0, n=100, **{name: v}).state.positions)
     with pytest.raises(Exception, match=name):
-        build(value)
+        _build_under_jit(**{**_GOOD, name: value})
 
 
 # The truncated variant (20 s, its own compile) runs in `make validate`.
 @pytest.mark.parametrize("r_t", [None, pytest.param(5.0, marks=pytest.mark.slow)])
 def test_float32_no_nan(r_t):
     with jax.enable_x64(False):
-        ic = eff_builder(0, n=5000, gamma=3.0, r_t=r_t)
+        # One compile: the cluster comes out (as aux) of the gradient's own build.
+        def observable(gm):
+            ic = eff_builder(0, n=5000, gamma=gm, r_t=r_t)
+            return jnp.sum(ic.state.positions[:, 0]), ic
+
+        g, ic = jax.grad(observable, has_aux=True)(jnp.float32(3.0))
         for leaf in (ic.state.positions, ic.state.velocities, ic.state.masses):
             assert leaf.dtype == jnp.float32
             assert bool(jnp.all(jnp.isfinite(leaf)))
-        g = jax.grad(lambda gm: jnp.sum(eff_builder(0, n=500, gamma=gm, r_t=r_t).state.positions[:, 0]))(jnp.float32(3.0))
-        assert jnp.isfinite(g)
+        assert g.dtype == jnp.float32 and jnp.isfinite(g)

@@ -14,6 +14,12 @@ from progenax.sph import density, density_loss
 
 RTOL = 1e-12
 KEY = jax.random.PRNGKey(7)
+# One particle count per dimension for every test on the cell-list backend: the
+# density and its reverse pass are compiled once per (N, d, box or not, scalar or
+# per-particle m and h), so tests that share N share those compiles (and the
+# brute-force reference's). N2 is the count of the lattice in
+# test_particles_on_cell_and_box_edges (32 x 32 + 16 edge copies).
+N2, N3 = 1040, 600
 
 
 def _close(a, b, rtol=RTOL):
@@ -68,7 +74,7 @@ CASES = [
 @pytest.mark.parametrize("dim,box,data", CASES)
 @pytest.mark.parametrize("per_particle", [False, True], ids=["scalar-h-m", "per-particle-h-m"])
 def test_density_loss_and_gradients_equal_brute_force(dim, box, data, per_particle):
-    n = 600
+    n = N2 if dim == 2 else N3
     keys = jax.random.split(KEY, 4)
     x = _uniform(keys[0], n, dim, box if box else 5.0) if data == "uniform" else _clustered(keys[0], n, dim)
     h, m = (0.45, 1.3)
@@ -80,7 +86,7 @@ def test_density_loss_and_gradients_equal_brute_force(dim, box, data, per_partic
 
 
 def test_periodic_box_with_one_length_per_axis():
-    x = _uniform(KEY, 500, 3, 1.0) * jnp.array([8.0, 3.0, 5.0])
+    x = _uniform(KEY, N3, 3, 1.0) * jnp.array([8.0, 3.0, 5.0])
     _check_against_brute(x, 1.0, 0.4, jnp.asarray(2.0), jnp.array([8.0, 3.0, 5.0]))
 
 
@@ -88,7 +94,7 @@ def test_periodic_box_with_one_length_per_axis():
 def test_periodic_box_smaller_than_a_few_kernel_supports(box):
     # With so few cells per axis the ±k rows and the x runs would repeat
     # cells: each neighbour must still be counted once (minimum image).
-    x = _uniform(KEY, 300, 2, box)
+    x = _uniform(KEY, N2, 2, box)
     _check_against_brute(x, 1.0, 0.4, jnp.asarray(2.0), box)
 
 
@@ -101,12 +107,13 @@ def test_particles_on_cell_and_box_edges():
     x = jnp.stack(jnp.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
     on_edge = jnp.stack([jnp.full(16, L), jnp.linspace(0.0, L, 16)], -1)
     x = jnp.concatenate([x, on_edge])
+    assert x.shape == (N2, 2)
     _check_against_brute(x, 1.0, h, jnp.asarray(10.0), L)
     _check_against_brute(x, 1.0, h, jnp.asarray(10.0), None)
 
 
 def test_coincident_particles_have_finite_gradients():
-    x = _uniform(KEY, 200, 3, 4.0)
+    x = _uniform(KEY, N3, 3, 4.0)
     x = x.at[10:20].set(x[5])  # eleven particles on one point
     for box in (4.0, None):
         g = jax.grad(density_loss)(x, 1.0, 0.5, 1.0, box=box)
@@ -118,7 +125,7 @@ def test_no_neighbour_dropped_when_particles_clump_inside_one_jitted_scan():
     # The loop sizes itself from the data at every call: particles that start
     # spread out and contract 8x towards one point (64x denser in 2D) inside a
     # single jitted lax.scan still give exactly the brute-force density.
-    n, L = 800, 20.0
+    n, L = N2, 20.0
     x0 = _uniform(KEY, n, 2, L)
     centre = jnp.array([L / 2, L / 2])
     factors = jnp.geomspace(1.0, 1.0 / 8.0, 6)
@@ -151,7 +158,7 @@ def test_matches_jax_md_on_seed_workload():
 
 
 def test_runs_under_vmap_and_in_float32():
-    xs = jax.random.uniform(KEY, (4, 150, 3)) * 3.0
+    xs = jax.random.uniform(KEY, (4, N3, 3)) * 3.0
     batched = jax.vmap(lambda x: density(x, 1.0, 0.4, box=3.0))(xs)
     for x, rho in zip(xs, batched):
         _close(rho, density(x, 1.0, 0.4, box=3.0, backend="brute"))
@@ -169,8 +176,8 @@ def test_runs_under_vmap_and_in_float32():
 # Both Wendland kernels share one code path: C4 by default, C2 in `make validate`.
 @pytest.mark.parametrize("kernel", [pytest.param("wendland_c2", marks=pytest.mark.slow), "wendland_c4"])
 def test_other_kernels(kernel):
-    x = _uniform(KEY, 300, 3, 4.0)
-    h = _per_particle(KEY, 300, 0.3, 0.6)
+    x = _uniform(KEY, N3, 3, 4.0)
+    h = _per_particle(KEY, N3, 0.3, 0.6)
     rho = density(x, 1.0, h, box=4.0, kernel=kernel)
     _close(rho, density(x, 1.0, h, box=4.0, kernel=kernel, backend="brute"))
     g = jax.grad(lambda x: density_loss(x, 1.0, h, 2.0, box=4.0, kernel=kernel))(x)
@@ -199,6 +206,6 @@ def test_bad_input_is_reported():
 def test_constant_h_closed_over_under_jit():
     """A Python-float h closed over by a jitted function used to trip the
     eager positivity check (its comparison is traced under jit)."""
-    x = jax.random.uniform(jax.random.PRNGKey(0), (200, 2)) * 4.0
+    x = jax.random.uniform(jax.random.PRNGKey(0), (N2, 2)) * 4.0
     rho = jax.jit(lambda x: density(x, 1.0, 0.3, box=4.0))(x)
     np.testing.assert_allclose(rho, density(x, 1.0, 0.3, box=4.0), rtol=1e-14)
