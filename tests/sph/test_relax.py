@@ -59,6 +59,24 @@ def small_plummer():
     return progenax.plummer_builder(0, n=500)
 
 
+def test_relaxations_of_one_model_kind_share_one_compile(small_plummer, monkeypatch):
+    """The model target is a Partial of a module-level function with the
+    model's numbers as leaves: a second Plummer of the same size (another r_h,
+    another key) reuses the compiled steps, so the step function is not traced
+    again; a new closure per call (the old target) compiled every call anew."""
+    import importlib
+
+    relax_module = importlib.import_module("progenax.sph.relax")
+    other = progenax.plummer_builder(jax.random.PRNGKey(3), n=small_plummer.n, r_h=1.3)
+    relax(small_plummer, steps=3)
+    traces = []
+    step = relax_module._step
+    monkeypatch.setattr(relax_module, "_step", lambda *a: traces.append(1) or step(*a))
+    relaxed = relax(other, steps=3)
+    assert traces == []
+    assert not np.allclose(relaxed.state.positions, other.state.positions)
+
+
 def test_relax_keeps_masses_centre_and_improves_the_density():
     """N = 2,000 Plummer stars, 40 steps. At this N only the inner ~40% of the
     stars are resolved (live): their rms deviation from the model density

@@ -377,33 +377,57 @@ def model_density(ic) -> Callable[[Array], Array]:
     about the origin, in the units of `ic` (mass / length^3), for its total
     (weighted) mass: Plummer, EFF, King and LIMEPY (single-mass) clusters.
 
+    Returned as a `jax.tree_util.Partial` of a module-level function with the
+    model's numbers as array leaves, so relaxations of models of one kind and
+    size share one compiled step loop.
+
     **Raises** `ValueError` for a model without an analytic density (fractal,
     multi-mass): pass `target=` to `relax` instead.
     """
-    from ..profiles.eff import eff_density, eff_scale_radius
+    from ..profiles.eff import eff_scale_radius
     from ..profiles.king import solve_king_profile
-    from ..profiles.plummer import plummer_density, plummer_scale_radius
+    from ..profiles.plummer import plummer_scale_radius
 
     p = ic.params
     total = jnp.sum(ic.state.masses * ic.weights)
     if ic.units.name != "physical":
         raise ValueError("model_density needs an InitialConditions in physical units (ic.to_physical())")
     if ic.model == "plummer":
-        a = plummer_scale_radius(p["r_h"])
-        return lambda x: plummer_density(_radius(x), total, a)
+        return jax.tree_util.Partial(_plummer_density_at, total, plummer_scale_radius(p["r_h"]))
     if ic.model == "eff":
         r_t = p.get("r_t")
         a = eff_scale_radius(p["r_h"], p["gamma"], r_t)
-        return lambda x: eff_density(_radius(x), p["gamma"], a, total, r_t)
+        return jax.tree_util.Partial(_eff_density_at, p["gamma"], a, total, r_t)
     if ic.model in ("king", "limepy") and "mass_bins" not in p and "delta" not in p:
         g = p.get("g", jnp.asarray(1.0))
         profile = solve_king_profile(p["W0"], g, p.get("ra"))
         length = p["r_h"] / profile.r_h
         scale = total / (profile.total_mass * length**3)
-        return lambda x: scale * jnp.interp(_radius(x) / length, profile.r, profile.density, right=0.0)
+        return jax.tree_util.Partial(_tabulated_density_at, scale, length, profile.r, profile.density)
     raise ValueError(
         f"no analytic density for model {ic.model!r} (params {sorted(p)}); pass target=callable or a constant"
     )
+
+
+def _plummer_density_at(total, a, x):
+    from ..profiles.plummer import plummer_density
+
+    return plummer_density(_radius(x), total, a)
+
+
+def _eff_density_at(gamma, a, total, r_t, x):
+    from ..profiles.eff import eff_density
+
+    return eff_density(_radius(x), gamma, a, total, r_t)
+
+
+def _tabulated_density_at(scale, length, r, density, x):
+    """King / LIMEPY: the solved profile's density (King units) at r / length, zero beyond r_t."""
+    return scale * jnp.interp(_radius(x) / length, r, density, right=0.0)
+
+
+def _uniform_density(value, x):
+    return jnp.full(x.shape[:1], value, x.dtype)
 
 
 def _resolve_target(target, ic, box, dtype) -> tuple[Callable[[Array], Array], bool]:
@@ -420,7 +444,7 @@ def _resolve_target(target, ic, box, dtype) -> tuple[Callable[[Array], Array], b
         raise ValueError(f"target must be None, a scalar density or a callable rho(x), got shape {value.shape}")
     if box is None:
         raise ValueError("a constant target describes a uniform periodic box: give box=")
-    return (lambda x: jnp.full(x.shape[:1], value, x.dtype)), True
+    return jax.tree_util.Partial(_uniform_density, value), True
 
 
 def _check_target_values(rho_t: Array) -> Array:
@@ -621,7 +645,7 @@ def relax(
     if progress:
         x, v = _run_with_progress(problem, x, v, int(steps))
     else:
-        x, v = _run(problem, x, v, 0, int(steps))
+        x, v = _run_block(problem, x, v, jnp.asarray(0, jnp.int32), int(steps))
 
     if box is None:
         x = x + (centre - _centre_of_mass(x, com_masses))  # round-off only: each step keeps it
@@ -634,11 +658,11 @@ def relax(
     return relaxed.to_henon() if system.units.name == "henon" else relaxed
 
 
-# Compiled once per problem structure and block length: the first step index
-# is passed as an array, so every block of a run (and every run with the same
-# `problem`) reuses one program. (A Python int there would be a static
-# argument and compile each block anew: 50 steps at N = 2,000 took 44 s
-# instead of 10.)
+# Compiled once per problem structure and step count. The first step index is
+# an array argument, so every block of a progress-bar run reuses one program
+# (as a Python int it was static and each block compiled anew: 50 steps at
+# N = 2,000 took 44 s instead of 10); model and constant targets are Partials
+# of module-level functions, so runs of one model kind and size share it too.
 _run_block = eqx.filter_jit(_run)
 
 
