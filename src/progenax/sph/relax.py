@@ -366,6 +366,14 @@ def _run(problem: _Problem, x: Array, v: Array, first: int | Array, count: int) 
     return x, v
 
 
+# Compiled once per problem structure and step count. The first step index is
+# an array argument, so every block of a progress-bar run reuses one program
+# (as a Python int it was static and each block compiled anew: 50 steps at
+# N = 2,000 took 44 s instead of 10); model and constant targets are Partials
+# of module-level functions, so runs of one model kind and size share it too.
+_run_block = eqx.filter_jit(_run)
+
+
 # -- targets -------------------------------------------------------------------------
 def _radius(x: Array) -> Array:
     r2 = jnp.sum(x * x, axis=-1)
@@ -656,14 +664,6 @@ def relax(
         vel = resample_velocities(key, ic, x)
     relaxed = InitialConditions(ParticleState(x, vel, ic.state.masses), ic.weights, ic.model, ic.params, ic.units)
     return relaxed.to_henon() if system.units.name == "henon" else relaxed
-
-
-# Compiled once per problem structure and step count. The first step index is
-# an array argument, so every block of a progress-bar run reuses one program
-# (as a Python int it was static and each block compiled anew: 50 steps at
-# N = 2,000 took 44 s instead of 10); model and constant targets are Partials
-# of module-level functions, so runs of one model kind and size share it too.
-_run_block = eqx.filter_jit(_run)
 
 
 def _run_with_progress(problem: _Problem, x: Array, v: Array, steps: int, block: int = 10):
