@@ -31,18 +31,25 @@ def test_uniform_periodic_box_relaxes():
     assert bool(jnp.all((x >= 0) & (x < 1.0)))
 
 
-def test_progress_bar_run_compiles_once_and_matches_the_plain_run(monkeypatch):
-    """With `progress=True` the steps run in jitted blocks of 10. The block's
-    first step index must be a traced argument: as a Python int it was static,
-    and every block compiled anew (50 steps at N = 2,000: 44 s instead of 10).
-    Counted here as traces of the step function: 30 steps in 3 blocks must
-    trace it as often as 30 steps in one plain scan, and give the same result."""
+@pytest.fixture
+def step_traces(monkeypatch):
+    """A list that gets an entry each time `relax`'s step function is traced (compiled)."""
     import importlib
 
     relax_module = importlib.import_module("progenax.sph.relax")  # the module, not the function
     traces = []
     step = relax_module._step
     monkeypatch.setattr(relax_module, "_step", lambda *a: traces.append(1) or step(*a))
+    return traces
+
+
+def test_progress_bar_run_compiles_once_and_matches_the_plain_run(step_traces):
+    """With `progress=True` the steps run in jitted blocks of 10. The block's
+    first step index must be a traced argument: as a Python int it was static,
+    and every block compiled anew (50 steps at N = 2,000: 44 s instead of 10).
+    Counted here as traces of the step function: 30 steps in 3 blocks must
+    trace it as often as 30 steps in one plain scan, and give the same result."""
+    traces = step_traces
     n = 400
     x0 = jax.random.uniform(jax.random.PRNGKey(1), (n, 2))
     counts, results = [], []
@@ -59,21 +66,16 @@ def small_plummer():
     return progenax.plummer_builder(0, n=500)
 
 
-def test_relaxations_of_one_model_kind_share_one_compile(small_plummer, monkeypatch):
+def test_relaxations_of_one_model_kind_share_one_compile(small_plummer, step_traces):
     """The model target is a Partial of a module-level function with the
     model's numbers as leaves: a second Plummer of the same size (another r_h,
     another key) reuses the compiled steps, so the step function is not traced
     again; a new closure per call (the old target) compiled every call anew."""
-    import importlib
-
-    relax_module = importlib.import_module("progenax.sph.relax")
     other = progenax.plummer_builder(jax.random.PRNGKey(3), n=small_plummer.n, r_h=1.3)
     relax(small_plummer, steps=3)
-    traces = []
-    step = relax_module._step
-    monkeypatch.setattr(relax_module, "_step", lambda *a: traces.append(1) or step(*a))
+    step_traces.clear()
     relaxed = relax(other, steps=3)
-    assert traces == []
+    assert step_traces == []
     assert not np.allclose(relaxed.state.positions, other.state.positions)
 
 

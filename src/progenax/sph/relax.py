@@ -342,8 +342,8 @@ def _keep_radii(x: Array, knots: Array, w: Array, centre: Array) -> Array:
     return centre + d * scale[:, None]
 
 
-def _run(problem: _Problem, x: Array, v: Array, first: int | Array, count: int) -> tuple[Array, Array]:
-    """`count` (static) steps from step index `first` (an int or an int32 array), checkpointed on two levels."""
+def _run(problem: _Problem, x: Array, v: Array, first: Array, count: int) -> tuple[Array, Array]:
+    """`count` (static) steps from step index `first` (an int32 array), checkpointed on two levels."""
     if count == 0:
         return x, v
     inner = max(1, math.isqrt(count - 1) + 1)
@@ -361,7 +361,7 @@ def _run(problem: _Problem, x: Array, v: Array, first: int | Array, count: int) 
         state, _ = jax.lax.scan(lambda c, _: (step(c), None), state, None, length=inner)
         return state, None
 
-    state = (x, v, jnp.asarray(first, jnp.int32))
+    state = (x, v, first)
     (x, v, _), _ = jax.lax.scan(block, state, None, length=outer)
     return x, v
 
