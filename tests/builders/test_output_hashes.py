@@ -1,0 +1,100 @@
+"""Every exported builder's output at fixed keys is bit-identical to the recorded one.
+
+The hashes in `tests/data/builder_hashes.json` were recorded before the model
+layer moved any code (0.1.0's builders): a refactoring that changes a single bit
+of a position, velocity, mass or weight fails here. A deliberate change of
+output regenerates the file with
+
+    python tests/builders/test_output_hashes.py --record
+
+and says so in the changelog. The hashes hold for this jax/XLA version on x86-64
+CPU in float64: a different XLA may round differently, which is why the jax
+version is stored beside them and a mismatch there skips rather than fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+
+import progenax  # noqa: E402
+
+FIXTURE = pathlib.Path(__file__).parent.parent / "data" / "builder_hashes.json"
+KEYS = (0, 12345)
+N = 300
+
+CASES = {
+    "plummer": lambda key: progenax.plummer_builder(key, n=N),
+    "plummer_segregated_henon": lambda key: progenax.plummer_builder(
+        key, n=N, r_h=0.8, Q=0.4, segregation=0.5, units="henon"
+    ),
+    "plummer_equal_noQ": lambda key: progenax.plummer_builder(key, n=N, imf="equal", Q=None),
+    "eff": lambda key: progenax.eff_builder(key, n=N, gamma=3.5),
+    "eff_truncated": lambda key: progenax.eff_builder(key, n=N, gamma=2.5, r_t=5.0, segregation=0.3),
+    "king": lambda key: progenax.king_builder(key, n=N, W0=6.0),
+    "king_multimass": lambda key: progenax.king_builder(key, n=N, W0=5.0, mass_bins=4, Q=0.5),
+    "limepy_ra": lambda key: progenax.limepy_builder(key, n=N, W0=5.0, g=1.5, ra=8.0),
+    "fractal": lambda key: progenax.fractal_builder(key, n=N, D=2.0),
+    "gravoturb_stars": lambda key: progenax.gravoturb.star_builder(key, n=N, grid=16, Q=0.5),
+}
+
+
+def _digest(*arrays) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(np.asarray(a, np.float64))
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def output_hash(name: str, key: int) -> str:
+    ic = CASES[name](jax.random.PRNGKey(key))
+    s = ic.state
+    return _digest(s.positions, s.velocities, s.masses, ic.weights)
+
+
+def _recorded() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_builder_output_is_bit_identical(name):
+    recorded = _recorded()
+    if recorded["jax"] != jax.__version__:
+        pytest.skip(f"hashes recorded with jax {recorded['jax']}, running {jax.__version__}")
+    for key in KEYS:
+        assert output_hash(name, key) == recorded["hashes"][name][str(key)], (name, key)
+
+
+def test_gas_cloud_output_is_bit_identical():
+    recorded = _recorded()
+    if recorded["jax"] != jax.__version__:
+        pytest.skip(f"hashes recorded with jax {recorded['jax']}, running {jax.__version__}")
+    for key in KEYS:
+        gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(key), n_gas=N, grid=16)
+        digest = _digest(gas.state.positions, gas.state.velocities, gas.state.masses)
+        assert digest == recorded["hashes"]["gravoturb_cloud"][str(key)], key
+
+
+def record() -> None:
+    hashes = {name: {str(k): output_hash(name, k) for k in KEYS} for name in sorted(CASES)}
+    cloud = {}
+    for k in KEYS:
+        gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(k), n_gas=N, grid=16)
+        cloud[str(k)] = _digest(gas.state.positions, gas.state.velocities, gas.state.masses)
+    hashes["gravoturb_cloud"] = cloud
+    FIXTURE.write_text(json.dumps({"jax": jax.__version__, "n": N, "hashes": hashes}, indent=1) + "\n")
+    print(f"wrote {FIXTURE}")
+
+
+if __name__ == "__main__" and "--record" in sys.argv:
+    record()
