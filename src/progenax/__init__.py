@@ -6,23 +6,26 @@ from . import gravoturb as gravoturb
 from . import imf as imf
 from . import io as io
 from . import sampling as sampling
-from . import segregation as segregation
+from . import models as models
 from . import sph as sph
-from . import tidal as tidal
+from . import structure as structure
 from .builders import eff_builder as eff_builder
+from .builders import fractal_builder as fractal_builder
+from .builders import king_builder as king_builder
+from .builders import limepy_builder as limepy_builder
+from .builders import model_builder as model_builder
 from .builders import plummer_builder as plummer_builder
-from .fractal import fractal_builder as fractal_builder
-from .king_builders import king_builder as king_builder
-from .king_builders import limepy_builder as limepy_builder
 from .profiles.king import KingProfile as KingProfile
 from .profiles.king import MultiMassKingProfile as MultiMassKingProfile
 from .profiles.king import solve_king_profile as solve_king_profile
 from .profiles.king import solve_multimass_king_profile as solve_multimass_king_profile
 from .sph.relax import relax as relax
 from .state import InitialConditions as InitialConditions
-from .tidal import apply_tidal_truncation as apply_tidal_truncation
-from .tidal import jacobi_radius_flat_rotation as jacobi_radius_flat_rotation
-from .tidal import jacobi_radius_point_mass as jacobi_radius_point_mass
+from .structure import segregation as segregation
+from .structure import tidal as tidal
+from .structure.tidal import apply_tidal_truncation as apply_tidal_truncation
+from .structure.tidal import jacobi_radius_flat_rotation as jacobi_radius_flat_rotation
+from .structure.tidal import jacobi_radius_point_mass as jacobi_radius_point_mass
 from .state import ParticleState as ParticleState
 from .units import G_PHYSICAL as G_PHYSICAL
 from .units import Units as Units
@@ -37,6 +40,7 @@ __all__ = [
     "fractal_builder",
     "king_builder",
     "limepy_builder",
+    "model_builder",
     "plummer_builder",
     # profiles
     "KingProfile",
@@ -62,8 +66,10 @@ __all__ = [
     "gravoturb",
     "imf",
     "io",
+    "models",
     "sampling",
     "segregation",
     "sph",
+    "structure",
     "tidal",
 ]

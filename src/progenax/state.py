@@ -6,6 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from ._types import Masses, Positions, Scalar, Velocities, Weights
+from .models import AbstractClusterModel, model_from_record
 from .units import Units, henon_units, physical_units
 
 
@@ -34,20 +35,30 @@ class InitialConditions(eqx.Module):
     - `state`: the `ParticleState`.
     - `weights`: (n,) soft membership in [0, 1]; all 1 unless a modifier (tidal
       truncation, say) lowers them. Consumers weight each star by it.
-    - `model`: name of the builder that made it, e.g. "plummer" (static).
-    - `params`: the parameters used, name -> value (differentiable leaves).
+    - `model`: the model it was drawn from (`progenax.models`), a pytree whose
+      `name` is e.g. "plummer"; ask it for the density, potential or velocities.
+      It describes the cluster in physical units (pc, Msun, km/s) whatever `units`.
+    - `params`: the parameters used, name -> value (differentiable leaves):
+      the model's, the IMF's, Q and the modifiers'.
     - `units`: the `Units` the state is expressed in.
     """
 
     state: ParticleState
     weights: Weights
-    model: str = eqx.field(static=True)
+    model: AbstractClusterModel
     params: dict[str, Scalar]
     units: Units
 
     @property
     def n(self) -> int:
         return self.state.n
+
+    @classmethod
+    def from_record(cls, state: ParticleState, weights, name: str, params: dict, units: Units) -> "InitialConditions":
+        """A cluster read from a file: the model rebuilt from its recorded name and
+        parameters (`progenax.models.model_from_record`), in physical units."""
+        total_mass = jnp.sum(state.masses) * units.mass_msun
+        return cls(state, weights, model_from_record(name, params, total_mass), params, units)
 
     def to_henon(self) -> "InitialConditions":
         """Convert to Henon units: G = M = 1, length unit the virial radius.

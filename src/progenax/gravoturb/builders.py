@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 
 from .._types import ArrayLike, Key
-from ..builders import _as_key, _check_imf, finish_cluster, sample_masses
+from ..builders._common import as_key, check_imf, finish_cluster, sample_masses
 from ..imf import PowerLawIMF
+from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import check_units_name, physical_units
 from ..validation import ParameterChecks, check_count
@@ -91,7 +92,7 @@ def turbulent_field(
     """
     checks = ParameterChecks()
     f = _check_field_arguments(checks, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed)
-    return checks.attach(_turbulent_field(_as_key(key), **f))
+    return checks.attach(_turbulent_field(as_key(key), **f))
 
 
 def _turbulent_field(key, *, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed):
@@ -129,7 +130,7 @@ def _cloud(key, n_gas, m_cloud, gamma, eta, f):
     state = ParticleState(positions, velocities, masses)
     return GasCloud(
         state, jnp.ones_like(masses), internal_energy, smoothing_length,
-        "gravoturb_gas", params, physical_units(), field,
+        RecordedModel("gravoturb_gas", dict(params)), params, physical_units(), field,
     )
 
 
@@ -192,7 +193,7 @@ def cloud_builder(
     m_cloud = checks.range("m_cloud", m_cloud, lower=0.0)
     gamma = checks.range("gamma", gamma, lower=1.0)
     eta = checks.range("eta", eta, lower=0.0)
-    return checks.attach(_cloud(_as_key(key), n_gas, m_cloud, gamma, eta, f))
+    return checks.attach(_cloud(as_key(key), n_gas, m_cloud, gamma, eta, f))
 
 
 # -- stars -----------------------------------------------------------------------
@@ -226,7 +227,8 @@ def _stars(key, n, kappa, dispersion, imf_alpha, Q, imf, units, hard, f):
         params["Q"] = Q
     # Positions stay in the cloud's frame (origin = cloud centre), so the stars
     # sit on the gas of cloud_builder with the same key.
-    return finish_cluster("gravoturb", positions, velocities, masses, params, Q, units, centre_positions=False)
+    model = RecordedModel("gravoturb", dict(params), jnp.sum(masses))
+    return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
 
 
 def star_builder(
@@ -287,11 +289,11 @@ def star_builder(
     checks = ParameterChecks()
     n = check_count("n", n)
     units = check_units_name(units)
-    imf = _check_imf(imf)
+    imf = check_imf(imf)
     hard = _check_choice("threshold_mode", threshold_mode, THRESHOLD_MODES) == "hard"
     f = _check_field_arguments(checks, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed)
     kappa = checks.range("kappa", kappa, lower=0.0)
     dispersion = checks.range("dispersion", dispersion, lower=0.0, lower_inclusive=True)
     imf_alpha = checks.range("imf_alpha", imf_alpha, lower=0.0, upper=10.0)
     Q = None if Q is None else checks.range("Q", Q, lower=0.0)
-    return checks.attach(_stars(_as_key(key), n, kappa, dispersion, imf_alpha, Q, imf, units, hard, f))
+    return checks.attach(_stars(as_key(key), n, kappa, dispersion, imf_alpha, Q, imf, units, hard, f))

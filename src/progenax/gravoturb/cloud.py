@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike, Masses, Scalar, Weights
+from ..models import RecordedModel
 from ..state import ParticleState
 from ..units import Units
 from ..validation import check_range
@@ -106,7 +107,7 @@ class GasCloud(eqx.Module):
     - `weights`: (n,) all 1 (same meaning as `InitialConditions.weights`).
     - `internal_energy`: (n,) specific internal energy in (km/s)^2.
     - `smoothing_length`: (n,) SPH smoothing length h in pc.
-    - `model`: builder name (static), "gravoturb_gas".
+    - `model`: a `progenax.models.RecordedModel` named "gravoturb_gas".
     - `params`: the parameters used (differentiable leaves).
     - `units`: physical units (pc, Msun, km/s).
     - `field`: the `TurbulentField` the particles were drawn from (None when read from a file).
@@ -116,7 +117,7 @@ class GasCloud(eqx.Module):
     weights: Weights
     internal_energy: Array
     smoothing_length: Array
-    model: str = eqx.field(static=True)
+    model: RecordedModel
     params: dict[str, Scalar]
     units: Units
     field: TurbulentField | None = None

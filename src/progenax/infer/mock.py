@@ -60,8 +60,7 @@ import numpy as np
 import numpyro
 
 from .._types import Array
-from ..builders import plummer_builder
-from ..king_builders import king_builder
+from ..builders import king_builder, plummer_builder
 from ..sph import density as sph_density
 from ..sph.kernels import get_kernel
 from ..units import G_PHYSICAL

@@ -19,8 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import ArrayLike, Key
-from ..builders import plummer_builder
-from ..king_builders import king_builder
+from ..builders import king_builder, plummer_builder
 from .data import ObservedCluster, observe
 
 

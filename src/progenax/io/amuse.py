@@ -64,6 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..models import RecordedModel
 from ._paths import writable_path
 
 INSTALL_HINT = (
@@ -158,7 +159,7 @@ def to_amuse(ic, *, units: str | None = None):
         particles.h_smooth = h | amuse_units.parsec
 
     info = particles.collection_attributes
-    info.progenax_model = str(ic.model)
+    info.progenax_model = ic.model.name
     info.progenax_version = str(__version__)
     info.progenax_units = str(ic.units.name)
     info.length_pc = float(np.asarray(ic.units.length_pc))
@@ -269,5 +270,5 @@ def read_amuse(path: str | os.PathLike):
 
         u = jnp.asarray(_value_in(particles.u, amuse_units.kms**2))
         h = jnp.asarray(_value_in(particles.h_smooth, amuse_units.parsec))
-        return GasCloud(state, weights, u, h, model, {}, units)
-    return InitialConditions(state, weights, model, {}, units)
+        return GasCloud(state, weights, u, h, RecordedModel(model, {}), {}, units)
+    return InitialConditions.from_record(state, weights, model, {}, units)

@@ -83,4 +83,4 @@ def read_csv(path: str | os.PathLike, *, model: str = "csv"):
         velocities=jnp.asarray(np.column_stack([col["vx_kms"], col["vy_kms"], col["vz_kms"]])),
         masses=jnp.asarray(col["mass_msun"]),
     )
-    return InitialConditions(state, jnp.asarray(col["weight"]), model, {}, physical_units())
+    return InitialConditions.from_record(state, jnp.asarray(col["weight"]), model, {}, physical_units())

@@ -82,6 +82,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..models import RecordedModel
 from ._paths import writable_path
 
 U_L_CGS = 3.0856775814913673e18
@@ -240,9 +241,9 @@ def write_gadget(
             first_id += n
 
         p = f.create_group("progenax")
-        p.attrs["model"] = str(ic.model)
+        p.attrs["model"] = ic.model.name
         if gas is not None:
-            p.attrs["gas_model"] = str(gas.model)
+            p.attrs["gas_model"] = gas.model.name
         p.attrs["progenax_version"] = str(__version__)
     return path
 
@@ -347,5 +348,5 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
             energy = energy * scale_v**2
         if scale_l != 1.0:
             h = h * scale_l
-        return GasCloud(state, weights, jnp.asarray(energy), jnp.asarray(h), model, {}, physical_units())
-    return InitialConditions(state, weights, model, {}, physical_units())
+        return GasCloud(state, weights, jnp.asarray(energy), jnp.asarray(h), RecordedModel(model, {}), {}, physical_units())
+    return InitialConditions.from_record(state, weights, model, {}, physical_units())

@@ -45,7 +45,7 @@ Root attributes:
 | `schema`           | the string `"progenax-ic"`                                 |
 | `schema_version`   | integer, 1                                                 |
 | `progenax_version` | version of progenax that wrote the file                    |
-| `model`            | builder that made the cluster, e.g. `"plummer"`            |
+| `model`            | name of the model, e.g. `"plummer"` (`ic.model.name`)      |
 | `n`                | number of particles                                        |
 | `units`            | unit system name, `"physical"` or `"henon"`                |
 | `length_pc`        | one length unit in pc (1 in physical units)                |
@@ -80,6 +80,7 @@ from typing import Any
 
 import numpy as np
 
+from ..models import RecordedModel
 from ._paths import writable_path
 
 SCHEMA = "progenax-ic"
@@ -147,7 +148,7 @@ def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
         "schema": SCHEMA,
         "schema_version": np.int64(SCHEMA_VERSION),
         "progenax_version": str(__version__),
-        "model": str(ic.model),
+        "model": ic.model.name,
         "n": np.int64(arrays["masses"].shape[0]),
         "units": str(u.name),
         "length_pc": np.asarray(u.length_pc)[()],
@@ -421,7 +422,7 @@ def _build(path: Path, arrays, attrs, params):
     params = {name: _param_value(value) for name, value in params.items()}
     gas = [name for name in _GAS_ARRAYS if name in arrays]
     if not gas:
-        return InitialConditions(state, weights, model, params, units)
+        return InitialConditions.from_record(state, weights, model, params, units)
     if len(gas) != len(_GAS_ARRAYS) or any(arrays[name].shape != n for name in gas):
         shapes = {name: arrays[name].shape for name in gas}
         raise ValueError(
@@ -434,7 +435,7 @@ def _build(path: Path, arrays, attrs, params):
         weights,
         jnp.asarray(arrays["internal_energy"]),
         jnp.asarray(arrays["smoothing_length"]),
-        model,
+        RecordedModel(model, dict(params)),
         params,
         units,
     )

@@ -112,7 +112,7 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
             "columns": ["mass", "x", "y", "z", "vx", "vy", "vz"],
             "units": "henon",
             "n": n,
-            "model": str(h.model),
+            "model": h.model.name,
             "length_pc": length,
             "mass_msun": mass,
             "velocity_kms": float(np.asarray(u.velocity_kms)),
@@ -190,4 +190,4 @@ def read_nbody6(
         velocities=jnp.asarray(table[:, 4:7]),
         masses=jnp.asarray(table[:, 0]),
     )
-    return InitialConditions(state, jnp.ones(table.shape[0], dtype=state.masses.dtype), model, {}, units)
+    return InitialConditions.from_record(state, jnp.ones(table.shape[0], dtype=state.masses.dtype), model, {}, units)

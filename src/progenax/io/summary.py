@@ -83,7 +83,7 @@ def format_summary(ic) -> str:
     if d["weighted"]:
         mass_line += " (weighted by membership)"
     rows = [
-        ("model", ic.model),
+        ("model", ic.model.name),
         ("N", n_line),
         ("total mass", mass_line),
         ("half-mass radius", rh_line),
@@ -105,4 +105,4 @@ def summary_line(ic) -> str:
     else:
         mass, r_h = f"M = {d['mass']:.6g} Msun", f"r_h = {d['r_h']:.4g} pc"
         unit = ""
-    return f"{ic.model}: N = {d['n']}, {mass}, {r_h}, Q = {d['Q']:.3f}{unit}"
+    return f"{ic.model.name}: N = {d['n']}, {mass}, {r_h}, Q = {d['Q']:.3f}{unit}"

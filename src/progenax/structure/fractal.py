@@ -27,7 +27,7 @@ the sphere first; should too few survive (a lineage dying out early, or tiny n),
 the deepest partial lineages fill the rest, so exactly n stars come back for
 any n and key.
 
-**Radial remap.** `fractal_builder` keeps the angular positions and the radial
+**Radial remap.** `remap_to_plummer` (used by `progenax.fractal_builder`) keeps the angular positions and the radial
 order of the fractal and replaces each radius with that of a Plummer sphere at
 the same enclosed mass: the stars are sorted by radius about their centre of
 mass, the mid-point cumulative mass fraction $\mu_k$ of the k-th is computed,
@@ -54,14 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._types import Array, ArrayLike, Key
-from .diagnostics.energy import scale_to_virial_ratio
-from .builders import _as_key, check_common_arguments, finish_cluster, imf_params, sample_masses
-from .imf import PowerLawIMF
-from .profiles.plummer import plummer_scale_radius
-from .segregation import apply_segregation, check_segregation_arguments
-from .state import InitialConditions
-from .units import G_PHYSICAL
+from .._types import Array, ArrayLike, Key
+from ..profiles.plummer import plummer_scale_radius
 
 D_MIN, D_MAX = 1.6, 3.0
 
@@ -155,7 +149,7 @@ def box_fractal(key: Key, n: int, D: ArrayLike, *, dtype=None) -> tuple[Array, A
     return pos[pick], vel[pick]
 
 
-def _remap_to_plummer(positions: Array, masses: Array, r_h: Array, iterations: int = 8) -> Array:
+def remap_to_plummer(positions: Array, masses: Array, r_h: Array, iterations: int = 8) -> Array:
     """Keep directions and radial order; radii of a Plummer sphere at equal enclosed mass.
 
     Repeated `iterations` times about the current centre of mass, so that the
@@ -182,82 +176,3 @@ def _remap_to_plummer(positions: Array, masses: Array, r_h: Array, iterations: i
 
     x = jax.lax.fori_loop(0, iterations, remap, positions.astype(jnp.result_type(positions, a)))
     return x
-
-
-@eqx.filter_jit
-def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature):
-    k_m, k_f, k_s = jax.random.split(key, 3)
-    dtype = r_h.dtype
-    masses = sample_masses(k_m, n, imf, alpha)
-    raw_pos, raw_vel = box_fractal(k_f, n, D, dtype=dtype)
-    positions = _remap_to_plummer(raw_pos, masses, r_h)
-    params = {"D": D, "r_h": r_h, "Q": Q, **imf_params(imf, alpha)}
-    if segregation is not None:
-        # Energies need velocities on the cluster's scale: scale them to Q
-        # first (equal masses, spherical W about the model centre).
-        mean = jnp.full_like(masses, jnp.mean(masses))
-        origin = jnp.zeros(3, dtype)
-        v = raw_vel - jnp.mean(raw_vel, axis=0)
-        v = scale_to_virial_ratio(positions, v, mean, Q, G=G_PHYSICAL, method="spherical", centre=origin)
-        positions, raw_vel = apply_segregation(
-            k_s, positions, v, masses, segregation, temperature=temperature, G=G_PHYSICAL
-        )
-        params["segregation"] = segregation
-    return finish_cluster("fractal", positions, raw_vel, masses, params, Q, units, large_n_energy="mesh")
-
-
-def fractal_builder(
-    key: Key | int,
-    *,
-    n: int = 10_000,
-    D: ArrayLike = 1.6,
-    r_h: ArrayLike = 1.0,
-    alpha: ArrayLike = 2.3,
-    Q: ArrayLike = 0.5,
-    imf: str | PowerLawIMF | None = None,
-    units: str = "physical",
-    segregation: ArrayLike = 0.0,
-    segregation_temperature: ArrayLike = 1.0,
-) -> InitialConditions:
-    r"""A fractal cluster: GW04 box fractal remapped radially onto a Plummer sphere.
-
-    Positions: `box_fractal` (fractal dimension `D`), with each radius replaced by
-    that of a Plummer sphere of 3D half-mass radius `r_h` at the same enclosed
-    mass (angles and radial order kept; see the module docstring). Velocities:
-    inherited from the fractal's parents plus a random component, then (after
-    optional mass segregation) moved to the centre-of-mass frame and scaled so
-    that $T/|W| = Q$; W is the exact pairwise sum up to 20,000 stars and the
-    substructure-aware nested-mesh P3M estimate above
-    (`progenax.diagnostics.potential_energy(method="mesh")`, measured within
-    0.1% of the exact W for D = 1.6, see `progenax.diagnostics.mesh`).
-
-    **Arguments:**
-
-    - `key`: a `jax.random` key (or an int seed); `n`: number of stars (static).
-    - `D`: fractal dimension in [1.6, 3] (1.6 very clumpy, 3 no substructure);
-      partially differentiable (zero pathwise gradient, see module docstring).
-    - `r_h`: 3D half-mass radius in pc (> 0) of the unsegregated cluster.
-    - `alpha`, `imf`, `units`: as for `progenax.plummer_builder`.
-    - `Q`: virial ratio T/|W| (> 0; not None: the fractal's velocities have no
-      scale of their own).
-    - `segregation`: mass segregation S in [0, 1)
-      (`progenax.segregation.apply_segregation`); 0 leaves the cluster
-      unsegregated. The energies that rank the orbits use velocities scaled to
-      Q with equal masses and the spherical W estimate (ranking only).
-      `segregation_temperature`: width of the relaxed ranking, in (0, 8].
-
-    **Returns:** `InitialConditions` with `model="fractal"`; differentiable in
-    r_h, alpha and Q; partially in S (relaxed ranking, `progenax.segregation`)
-    and in D (zero pathwise gradient).
-
-    ```python
-    ic = fractal_builder(jax.random.PRNGKey(0), n=10_000, D=1.6, r_h=1.0)
-    ```
-    """
-    if Q is None:
-        raise ValueError("Q must be a positive number for fractal_builder (not None)")
-    c = check_common_arguments(n, units, imf, r_h, alpha, Q)
-    D = c.checks.range("D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True)
-    S, T = check_segregation_arguments(c.checks, segregation, segregation_temperature)
-    out = _fractal(_as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T)
-    return c.checks.attach(out)

@@ -1,31 +1,19 @@
 r"""Builders for lowered-isothermal clusters: King (1966) and the LIMEPY family.
 
-A cluster is drawn from the solved model (`progenax.profiles.king`) in three steps:
+A single-mass cluster is the `progenax.models.LoweredIsothermal` model drawn by
+the spherical builder (`progenax.builders.spherical`): radii invert the solved
+$M(r)$, so no star lies beyond $r_t$; speeds come from the model's own DF at
+each star's potential, so every star is bound and the cluster is in virial
+equilibrium without rescaling; the length unit $L = r_h/\hat r_h$ and the
+velocity scale $s$ put it in physical units (see the model's docstring, and it
+for the anisotropic `ra` models).
 
-1. **Radii** invert the enclosed mass $M(r) = u M_t$ (`king_sample_radii`), so no
-   star lies beyond the tidal radius $r_t$.
-2. **Speeds** come from the model's own distribution function at each star's
-   potential $W(r)$ (`progenax.kinematics.king_df`): $v = q\sqrt{2W}\,s$ with $q$
-   drawn by inverse CDF, so every star is bound ($v$ below the local escape speed)
-   and the cluster is in virial equilibrium without any rescaling.
-3. **Scaling** to physical units: the length unit $L = r_h / \hat r_h$ (pc per
-   King radius) makes the 3D half-mass radius `r_h`, and the velocity scale follows
-   from $G M / (s^2 L) = \tfrac{9}{4\pi}\hat M_t$, with $M$ the sum of the sampled
-   stellar masses and $G$ = `progenax.G_PHYSICAL`. Hatted quantities are the
-   model's, in King units.
-
-**Anisotropic models** (`limepy_builder(..., ra=...)`) replace step 2: the speed
-comes from the marginal of the anisotropic DF at the star's radius (the table row
-at potential $W_i$ uses $p^2 = r(W_i)^2/r_a^2$), then the cosine $\mu = v_r/v$
-from its conditional density $\propto e^{a\mu^2}$, $a = p^2 v^2/(2s^2)$, by
-inverse CDF with a fixed Newton count (`sample_radial_cosine`), a random sign,
-and a uniform azimuth of $v_t$ about the radial direction.
-
-Directions of positions (and, without `ra`, of velocities) are isotropic.
-Velocities are moved to the centre-of-mass frame; positions stay about the model
-centre (the origin), so the bound $|x| \le r_t$ holds exactly. Everything is
-differentiable in `W0`, `g`, `ra`, `r_h`, `alpha` and `Q` (reverse mode through
-the diffrax solve and the implicit root finders).
+A **multi-mass** cluster (`mass_bins=K`) solves the self-consistent multi-mass
+model (`solve_multimass_king_profile`) and draws each star from its bin's
+component. Positions stay about the model centre (the origin), so the bound
+$|x| \le r_t$ holds exactly. Everything is differentiable in `W0`, `g`, `ra`,
+`r_h`, `alpha` and `Q` (reverse mode through the diffrax solve and the
+implicit root finders).
 """
 
 from __future__ import annotations
@@ -35,118 +23,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._fusion import materialize
-from ._types import ArrayLike, Key
-from .builders import (
-    _as_key,
-    check_common_arguments,
-    finish_cluster,
-    imf_params,
-    resolve_imf,
-    sample_masses,
-    segregate,
-)
-from .imf import PowerLawIMF
-from .kinematics.king_df import sample_radial_cosine, sample_speed_fraction, speed_table
-from .profiles.king import (
-    G_MAX,
-    W0_MAX,
-    W0_MIN,
-    king_radius_of_potential,
-    king_sample_radii,
-    multimass_sample_radii,
-    solve_king_profile,
-    solve_multimass_king_profile,
-)
-from .sampling import isotropic_directions, uniform_open
-from .segregation import check_segregation_arguments
-from .state import InitialConditions
-from .units import G_PHYSICAL
-from .validation import check_static_int
+from .._fusion import materialize
+from .._types import ArrayLike, Key
+from ..imf import PowerLawIMF
+from ..kinematics.king_df import sample_speed_fraction, speed_table
+from ..models import LoweredIsothermal, RecordedModel
+from ..profiles.king import multimass_sample_radii, solve_multimass_king_profile
+from ..sampling import isotropic_directions, uniform_open
+from ..state import InitialConditions
+from ..structure.segregation import check_segregation_arguments
+from ..units import G_PHYSICAL
+from ..validation import check_static_int
+from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf
+from .spherical import build_model_cluster
 
 PROFILE_POINTS_MIN = 64  # solve_king_profile's own lower bound
 # speed_table itself runs from 2 rows and 1 column; below 8 (a cell of 1/8 in
 # v / v_esc, 1/7 of W0 per row) the cubic-Hermite CDF is too coarse to be useful.
 SPEED_TABLE_SIZE_MIN = 8
-
-
-@eqx.filter_jit
-def _lowered_isothermal(
-    key, n, W0, g, r_h, alpha, Q, imf, units, model, ra=None, segregation=None, temperature=None,
-    profile_points=1024, speed_table_size=128,
-):
-    k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
-    dtype = r_h.dtype
-    W0, g = W0.astype(dtype), g.astype(dtype)
-    ra = None if ra is None else ra.astype(dtype)
-    masses = materialize(sample_masses(k_m, n, imf, alpha))
-    profile = solve_king_profile(W0, g, ra, num_points=profile_points)
-    r_model, W = king_sample_radii(profile, uniform_open(k_r, (n,), dtype))
-    length = r_h / profile.r_h  # pc per King radius
-    s = jnp.sqrt(4.0 * np.pi * G_PHYSICAL * jnp.sum(masses) / (9.0 * length * profile.total_mass))
-    pos = W > 0  # double where: sqrt'(0) never reaches a gradient
-    v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
-    radii = materialize(r_model * length)
-    if ra is None:
-        table = speed_table(W0, g, num_W=speed_table_size, num_q=speed_table_size)
-        q = sample_speed_fraction(table, W, uniform_open(k_v, (n,), dtype))
-        speeds = materialize(q * v_escape * s)
-        positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
-        velocities = speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
-    else:
-        positions, velocities = _anisotropic_phase_space(
-            k_rdir, k_v, profile, ra, W0, g, r_model, W, radii, v_escape * s, dtype, speed_table_size
-        )
-    params = {"W0": W0, "r_h": r_h, "r_t": profile.r_t * length, **imf_params(imf, alpha)}
-    if model == "limepy":
-        params["g"] = g
-    if ra is not None:
-        params["ra"] = ra
-    if Q is not None:
-        params["Q"] = Q
-    positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
-    return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
-
-
-def _anisotropic_phase_space(k_dir, k_v, profile, ra, W0, g, r_model, W, radii, v_escape, dtype, table_size):
-    """Positions and velocities from the anisotropic DF (see the module docstring).
-
-    Speed q = v / v_esc from the table whose row at potential W_i carries
-    p^2 = r(W_i)^2 / ra^2; then |mu| = |v_r| / v given a = p^2 W q^2 at the star's
-    own radius, a random sign, and a uniform azimuth of v_t in the tangent plane.
-    """
-    n = r_model.shape[0]
-    k_q, k_mu, k_sign, k_psi = jax.random.split(k_v, 4)
-    k_cos, k_phi = jax.random.split(k_dir)
-    inv_ra2 = 1.0 / ra**2
-    table = speed_table(
-        W0, g, num_W=table_size, num_q=table_size,
-        row_anisotropy=lambda Wi: king_radius_of_potential(profile, Wi) ** 2 * inv_ra2,
-    )
-    q = sample_speed_fraction(table, W, uniform_open(k_q, (n,), dtype))
-    mu = sample_radial_cosine(r_model**2 * inv_ra2 * W * q**2, uniform_open(k_mu, (n,), dtype))
-    sign = jnp.where(jax.random.bernoulli(k_sign, 0.5, (n,)), 1.0, -1.0).astype(dtype)
-    tangential = 1.0 - mu * mu
-    ok = tangential > 0  # double where: sqrt'(0) never reaches a gradient
-    sin_mu = jnp.where(ok, jnp.sqrt(jnp.where(ok, tangential, 1.0)), 0.0)
-    speeds = materialize(q * v_escape)
-    v_r, v_t = speeds * sign * mu, speeds * sin_mu
-    psi = jax.random.uniform(k_psi, (n,), dtype, 0.0, 2.0 * jnp.pi)
-    # Position direction (theta, phi) and its local basis e_r, e_theta, e_phi.
-    cos_t = jax.random.uniform(k_cos, (n,), dtype, -1.0, 1.0)
-    phi = jax.random.uniform(k_phi, (n,), dtype, 0.0, 2.0 * jnp.pi)
-    sin_t = jnp.sqrt(jnp.clip(1.0 - cos_t**2, 0.0, 1.0))
-    cos_p, sin_p = jnp.cos(phi), jnp.sin(phi)
-    e_r = jnp.stack([sin_t * cos_p, sin_t * sin_p, cos_t], axis=-1)
-    e_theta = jnp.stack([cos_t * cos_p, cos_t * sin_p, -sin_t], axis=-1)
-    e_phi = jnp.stack([-sin_p, cos_p, jnp.zeros_like(phi)], axis=-1)
-    positions = radii[:, None] * e_r
-    velocities = (
-        v_r[:, None] * e_r
-        + (v_t * jnp.cos(psi))[:, None] * e_theta
-        + (v_t * jnp.sin(psi))[:, None] * e_phi
-    )
-    return positions, velocities
 
 
 @eqx.filter_jit
@@ -189,7 +83,8 @@ def _lowered_isothermal_multimass(
         params["g"] = g
     if Q is not None:
         params["Q"] = Q
-    return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
+    described = RecordedModel(model, dict(params), jnp.sum(masses))
+    return finish_cluster(described, positions, velocities, masses, params, Q, units, centre_positions=False)
 
 
 def _check_grid_options(profile_points, speed_table_size) -> tuple[int, int]:
@@ -205,35 +100,31 @@ def _build(
 ):
     profile_points, speed_table_size = _check_grid_options(profile_points, speed_table_size)
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
-    S, T = check_segregation_arguments(c.checks, segregation, temperature)
-    if S is not None and mass_bins is not None:
+    if mass_bins is None:
+        parameters = dict(W0=W0, g=g, ra=ra, r_h=c.r_h, profile_points=profile_points,
+                          speed_table_size=speed_table_size)
+        return build_model_cluster(key, LoweredIsothermal, c, parameters, segregation, temperature,
+                                   extra={"family": model})
+    S, _ = check_segregation_arguments(c.checks, segregation, temperature)
+    if S is not None:
         raise ValueError(
             "segregation and mass_bins both segregate the cluster: use mass_bins for the "
             "self-consistent multi-mass model or segregation for the single-mass one, not both"
         )
-    W0 = c.checks.range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
-    g = c.checks.range("g", g, lower=0.0, upper=G_MAX, lower_inclusive=True)
     if ra is not None:
-        ra = c.checks.range("ra", ra, lower=0.0)
-        if mass_bins is not None:
-            raise NotImplementedError(
-                "anisotropic (ra) multi-mass models are not implemented: use ra=None with mass_bins, "
-                "or mass_bins=None with ra"
-            )
-    key = _as_key(key)
-    if mass_bins is None:
-        out = _lowered_isothermal(
-            key, c.n, W0, g, c.r_h, c.alpha, c.Q, c.imf, c.units, model, ra, S, T, profile_points, speed_table_size
+        raise NotImplementedError(
+            "anisotropic (ra) multi-mass models are not implemented: use ra=None with mass_bins, "
+            "or mass_bins=None with ra"
         )
-        return c.checks.attach(out)
+    values = LoweredIsothermal.checked(c.checks, W0=W0, g=g, r_h=c.r_h)
     if isinstance(mass_bins, bool) or not isinstance(mass_bins, (int, np.integer)) or not 1 <= mass_bins <= 64:
         raise ValueError(f"mass_bins must be None or an int in [1, 64] (static), got {mass_bins!r}")
     if c.imf == "equal":
         raise ValueError("mass_bins needs an IMF with a spread of masses, not imf='equal'")
     delta = c.checks.range("delta", delta, lower=0.0, upper=2.0, lower_inclusive=True)
     out = _lowered_isothermal_multimass(
-        key, c.n, W0, g, delta, c.r_h, c.alpha, c.Q, c.imf, c.units, model, int(mass_bins),
-        profile_points, speed_table_size,
+        as_key(key), c.n, values["W0"], values["g"], delta, c.r_h, c.alpha, c.Q, c.imf, c.units, model,
+        int(mass_bins), profile_points, speed_table_size,
     )
     return c.checks.attach(out)
 
@@ -295,7 +186,7 @@ def king_builder(
       from 67 ms to 16 ms on one core; 256 / 32: the same star-by-star
       differences, 13 ms; 128 / 32: 1.7e-3 and 7.3e-3, 10 ms.
 
-    **Returns:** `InitialConditions` with `model="king"` and params W0, r_h, r_t
+    **Returns:** `InitialConditions` whose `model` is a `progenax.models.LoweredIsothermal` named "king" (a `RecordedModel` with `mass_bins`), and params W0, r_h, r_t
     (tidal radius in pc) and the IMF's; differentiable in W0, r_h, alpha and Q.
 
     ```python
@@ -349,7 +240,7 @@ def limepy_builder(
     - the rest (`mass_bins`, `delta`, `profile_points`, `speed_table_size` included) as
       for `king_builder`.
 
-    **Returns:** `InitialConditions` with `model="limepy"` (params also hold `ra`
+    **Returns:** `InitialConditions` whose `model` is a `LoweredIsothermal` named "limepy" (params also hold `ra`
     when given); differentiable in W0, g, ra, r_h, alpha and Q.
     """
     return _build(

@@ -27,10 +27,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._types import Array, ArrayLike, Scalar
-from .state import InitialConditions
-from .units import G_PHYSICAL
-from .validation import check_range
+from .._types import Array, ArrayLike, Scalar
+from ..state import InitialConditions
+from ..units import G_PHYSICAL
+from ..validation import check_range
 
 MODES = ("sigmoid", "hard")
 

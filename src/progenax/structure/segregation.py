@@ -60,9 +60,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._types import Array, ArrayLike, Key, Masses, Positions, Velocities
-from .units import G_PHYSICAL
-from .validation import ParameterChecks
+from .._types import Array, ArrayLike, Key, Masses, Positions, Velocities
+from ..units import G_PHYSICAL
+from ..validation import ParameterChecks
 
 SOFT_RANK_WINDOW = 64
 """Neighbours on each side (in key order) that enter a star's relaxed rank."""

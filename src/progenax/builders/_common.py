@@ -1,0 +1,156 @@
+"""What every builder shares: the key, n, the IMF, segregation and the finish.
+
+Every builder takes the PRNG key first (positionally or as `key=`), the particle
+count `n` as a static keyword, and differentiable physical parameters as plain
+floats or arrays. Static choices are validated eagerly with `ValueError`; traced
+parameters out of range raise through `equinox.error_if` under `jit`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._types import Array, Key
+from ..diagnostics.energy import EXACT_MAX_N, scale_to_virial_ratio
+from ..imf import PowerLawIMF, kroupa, salpeter
+from ..models import AbstractClusterModel
+from ..state import InitialConditions, ParticleState
+from ..structure.segregation import apply_segregation
+from ..units import G_PHYSICAL, check_units_name, physical_units
+from ..validation import ParameterChecks, check_count
+
+IMF_CHOICES = ("kroupa", "salpeter", "equal")
+
+
+def as_key(key: Key | int) -> Key:
+    if isinstance(key, int):
+        return jax.random.PRNGKey(key)
+    return key
+
+
+def check_imf(imf: str | PowerLawIMF | None) -> str | PowerLawIMF:
+    if imf is None:
+        return "kroupa"
+    if isinstance(imf, PowerLawIMF) or imf in IMF_CHOICES:
+        return imf
+    raise ValueError(f"imf must be None, one of {IMF_CHOICES} or a PowerLawIMF, got {imf!r}")
+
+
+class CommonArguments(NamedTuple):
+    """The validated arguments every builder shares."""
+
+    checks: ParameterChecks
+    n: int
+    units: str
+    imf: str | PowerLawIMF
+    r_h: Array
+    alpha: Array
+    Q: Array | None
+
+
+def check_common_arguments(n, units, imf, r_h, alpha, Q) -> CommonArguments:
+    """Validate n, units, imf (static) and r_h, alpha, Q (possibly traced)."""
+    checks = ParameterChecks()
+    return CommonArguments(
+        checks=checks,
+        n=check_count("n", n),
+        units=check_units_name(units),
+        imf=check_imf(imf),
+        r_h=checks.range("r_h", r_h, lower=0.0),
+        alpha=checks.range("alpha", alpha, lower=0.0, upper=10.0),
+        Q=None if Q is None else checks.range("Q", Q, lower=0.0),
+    )
+
+
+def resolve_imf(imf: str | PowerLawIMF, alpha: Array) -> PowerLawIMF:
+    """The power-law IMF behind a choice ("equal" uses Kroupa(alpha)'s mean mass)."""
+    if isinstance(imf, PowerLawIMF):
+        return imf
+    return salpeter() if imf == "salpeter" else kroupa(alpha)
+
+
+def sample_masses(key: Key, n: int, imf: str | PowerLawIMF, alpha: Array) -> Array:
+    """n stellar masses (Msun) from the IMF choice.
+
+    "kroupa": Kroupa (2001) with high-mass slope `alpha`; "salpeter": Salpeter
+    (1955); "equal": every star has the mean mass of Kroupa(alpha), so the
+    expected total mass matches the Kroupa cluster of the same n.
+    """
+    dist = resolve_imf(imf, alpha)
+    if imf == "equal":
+        return jnp.full((n,), dist.mean_mass())
+    return dist.sample(key, (n,))
+
+
+def imf_params(imf: str | PowerLawIMF, alpha: Array) -> dict[str, Array]:
+    """What `InitialConditions.params` records about the masses.
+
+    `alpha` when it was used (Kroupa or equal masses), and the breaks and slopes
+    of the IMF the masses were drawn from (not for equal masses).
+    """
+    params = {} if isinstance(imf, PowerLawIMF) or imf == "salpeter" else {"alpha": alpha}
+    if imf != "equal":
+        dist = resolve_imf(imf, alpha)
+        params.update(imf_breaks=dist.breaks, imf_slopes=dist.slopes)
+    return params
+
+
+def segregate(key, positions, velocities, masses, params, segregation, temperature):
+    """Apply mass segregation S (skipped when None) and record it in `params`.
+
+    The key is `fold_in(key, 7)` of the builder's key, so the other random
+    streams (and the unsegregated output) are unchanged by the option.
+    """
+    if segregation is None:
+        return positions, velocities
+    params["segregation"] = segregation
+    k_seg = jax.random.fold_in(key, 7)
+    return apply_segregation(k_seg, positions, velocities, masses, segregation, temperature=temperature, G=G_PHYSICAL)
+
+
+def _centre(x: Array, masses: Array) -> Array:
+    return x - jnp.sum(masses[:, None] * x, axis=0) / jnp.sum(masses)
+
+
+def finish_cluster(
+    model: AbstractClusterModel,
+    positions: Array,
+    velocities: Array,
+    masses: Array,
+    params: dict[str, Array],
+    Q: Array | None,
+    units: str,
+    *,
+    centre_positions: bool = True,
+    large_n_energy: str = "spherical",
+) -> InitialConditions:
+    """Move to the centre-of-mass frame, scale to Q (unless None), set units.
+
+`model` is what the cluster was drawn from (`InitialConditions.model`).
+
+    Velocities always get zero total momentum; positions are moved to the centre
+    of mass unless `centre_positions=False` (heavy-tailed models keep their model
+    centre at the origin). W for the scaling is the exact pair sum up to
+    `EXACT_MAX_N` stars and `large_n_energy` above: "spherical" (shell theorem
+    about the model centre, 0.1% for spherical models, fast) or "mesh"
+    (nested-mesh P3M, for substructured clusters).
+    """
+    if large_n_energy not in ("spherical", "mesh"):
+        raise ValueError(f"large_n_energy must be 'spherical' or 'mesh', got {large_n_energy!r}")
+    velocities = _centre(velocities, masses)
+    if Q is not None:
+        # Positions are still about the model centre: the spherical estimate of
+        # W (n > 20,000) uses it as the centre of its shells.
+        origin = jnp.zeros(3, positions.dtype)
+        method = "exact" if masses.shape[0] <= EXACT_MAX_N else large_n_energy
+        velocities = scale_to_virial_ratio(
+            positions, velocities, masses, Q, G=G_PHYSICAL, method=method, centre=origin
+        )
+    if centre_positions:
+        positions = _centre(positions, masses)
+    state = ParticleState(positions, velocities, masses)
+    ic = InitialConditions(state, jnp.ones_like(masses), model, params, physical_units())
+    return ic.to_henon() if units == "henon" else ic

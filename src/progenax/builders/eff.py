@@ -1,0 +1,61 @@
+"""The EFF builder: the `EFF` model, an IMF and the common finish."""
+
+from __future__ import annotations
+
+from .._types import ArrayLike, Key
+from ..imf import PowerLawIMF
+from ..models import EFF
+from ..state import InitialConditions
+from ._common import check_common_arguments
+from .spherical import build_model_cluster
+
+
+def eff_builder(
+    key: Key | int,
+    *,
+    n: int = 10_000,
+    gamma: ArrayLike = 3.0,
+    r_h: ArrayLike = 1.0,
+    r_t: ArrayLike | None = None,
+    alpha: ArrayLike = 2.3,
+    Q: ArrayLike | None = 0.5,
+    imf: str | PowerLawIMF | None = None,
+    units: str = "physical",
+    segregation: ArrayLike = 0.0,
+    segregation_temperature: ArrayLike = 1.0,
+) -> InitialConditions:
+    r"""An Elson, Fall & Freeman (1987) cluster, optionally truncated at `r_t`.
+
+    $\rho(r) \propto (1 + r^2/a^2)^{-(\gamma+1)/2}$ for $r \le r_t$, whose surface
+    density falls as $(1 + R^2/a^2)^{-\gamma/2}$; $a$ is solved so that the 3D
+    half-mass radius is `r_h` (`progenax.profiles.eff.eff_scale_radius`). Radii by
+    inverse CDF of M(r) (`eff_sample_radii`). **Velocities come from the isotropic
+    Jeans equation**: each component is Gaussian with the local dispersion
+    $\sigma(r)$ of `eff_velocity_dispersion` (not an Eddington inversion, so the
+    speed distribution at each radius is Maxwellian rather than the model's DF,
+    and a few stars may exceed the local escape speed). Velocities are moved to
+    the centre-of-mass frame and scaled to `Q` (None keeps the Jeans velocities,
+    whose expected Q is 1/2 for the untruncated model). **Positions stay about the
+    model centre** (the origin), not the centre of mass: for an untruncated
+    model with gamma <= 5 the centre of mass has infinite variance, and a few halo
+    stars would move the core by parsecs.
+
+    **Arguments:**
+
+    - `key`: a `jax.random` key (or an int seed); `n`: number of stars (static).
+    - `gamma`: surface-density slope; > 2 untruncated, > 0 with `r_t`.
+    - `r_h`: 3D half-mass radius in pc (> 0; below 2^(-1/3) `r_t` when truncated).
+    - `r_t`: truncation radius in pc, or None for the infinite model.
+    - `alpha`, `Q`, `imf`, `units`, `segregation`, `segregation_temperature`:
+      as for `plummer_builder`.
+
+    **Returns:** `InitialConditions` whose `model` is a `progenax.models.EFF`; differentiable in gamma,
+    r_h, r_t, alpha and Q; partially in `segregation`.
+
+    ```python
+    ic = progenax.eff_builder(jax.random.PRNGKey(0), n=10_000, gamma=3.0, r_h=1.0)
+    ```
+    """
+    c = check_common_arguments(n, units, imf, r_h, alpha, Q)
+    parameters = {"gamma": gamma, "r_h": c.r_h, "r_t": r_t}
+    return build_model_cluster(key, EFF, c, parameters, segregation, segregation_temperature)

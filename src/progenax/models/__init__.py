@@ -1,0 +1,33 @@
+"""Cluster models: one model per file, each an `AbstractClusterModel`.
+
+A model knows its density, enclosed mass, potential, how to sample radii and
+velocities, and declares its parameters' supports (`PARAMETERS`). Builders, the
+command line, relaxation, the quick-look plot, the audit and the inference all
+ask the model; see `docs/architecture.md` for how to add one.
+"""
+
+from ._base import REGISTRY as REGISTRY
+from ._base import AbstractClusterModel as AbstractClusterModel
+from ._base import Interval as Interval
+from ._base import NoAnalyticFormError as NoAnalyticFormError
+from ._base import Parameter as Parameter
+from ._base import RecordedModel as RecordedModel
+from ._base import density_at as density_at
+from ._base import model_from_record as model_from_record
+from .eff import EFF as EFF
+from .lowered_isothermal import LoweredIsothermal as LoweredIsothermal
+from .plummer import Plummer as Plummer
+
+__all__ = [
+    "REGISTRY",
+    "AbstractClusterModel",
+    "EFF",
+    "Interval",
+    "LoweredIsothermal",
+    "NoAnalyticFormError",
+    "Parameter",
+    "Plummer",
+    "RecordedModel",
+    "density_at",
+    "model_from_record",
+]

@@ -1,0 +1,90 @@
+r"""The Elson, Fall & Freeman (1987) model, optionally truncated at `r_t`.
+
+$\rho(r) \propto (1 + r^2/a^2)^{-(\gamma+1)/2}$ for $r \le r_t$ (the formulas,
+series and the scale radius $a$ from $r_h$: `progenax.profiles.eff`). Radii by
+inverse CDF of $M(<r)$. **Velocities come from the isotropic Jeans equation**:
+each component is Gaussian with the local dispersion $\sigma(r)$, not the
+model's DF, so a few stars may exceed the local escape speed. Positions stay
+about the model centre (an untruncated model with gamma <= 5 has a centre of
+mass of infinite variance).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._fusion import materialize
+from .._types import Array, ArrayLike
+from ..profiles.eff import (
+    TRUNCATED_HALF_MASS_MESSAGE,
+    eff_density,
+    eff_mass_fraction,
+    eff_sample_radii,
+    eff_scale_radius,
+    eff_velocity_dispersion,
+    truncated_half_mass_unreachable,
+)
+from ..sampling import isotropic_directions, uniform_open
+from ..units import G_PHYSICAL
+from ..validation import ParameterChecks
+from ._base import AbstractClusterModel, Interval, Parameter
+
+UNTRUNCATED_GAMMA = Interval(2.0)
+"""gamma's support without r_t (finite mass); with r_t any gamma > 0."""
+
+
+class EFF(AbstractClusterModel):
+    """EFF model: surface-density slope `gamma`, 3D half-mass radius `r_h` (pc),
+    truncation radius `r_t` (pc, or None for the infinite model)."""
+
+    NAME: ClassVar[str] = "eff"
+    PARAMETERS: ClassVar[tuple[Parameter, ...]] = (
+        Parameter("gamma", Interval(0.0), 3.0, "surface-density slope (> 2 untruncated, > 0 with r_t)",
+                  audit=(3.0, (2.05, 12.0))),
+        Parameter("r_h", Interval(0.0), 1.0, "3D half-mass radius", "pc", audit=(1.0, (1e-3, 1e3))),
+        Parameter("r_t", Interval(0.0), None, "truncation radius (None: untruncated)", "pc"),
+    )
+    CENTRE_POSITIONS: ClassVar[bool] = False
+
+    gamma: Array
+    r_h: Array
+    r_t: Array | None = None
+    total_mass: Array = eqx.field(default=1.0, converter=jnp.asarray)
+    G: float = eqx.field(static=True, default=G_PHYSICAL)
+
+    @classmethod
+    def check_relations(cls, checks: ParameterChecks, values: dict[str, Any]) -> None:
+        if values["r_t"] is None:
+            values["gamma"] = UNTRUNCATED_GAMMA.check(checks, "gamma", values["gamma"])
+        else:
+            bad = truncated_half_mass_unreachable(values["r_h"], values["r_t"], values["gamma"])
+            checks.condition(bad, TRUNCATED_HALF_MASS_MESSAGE)
+
+    @property
+    def scale_radius(self) -> Array:
+        """Scale radius a (pc) that gives the half-mass radius r_h."""
+        return eff_scale_radius(self.r_h, self.gamma, self.r_t)
+
+    def mass_fraction(self, r: ArrayLike) -> Array:
+        return eff_mass_fraction(r, self.gamma, self.scale_radius, self.r_t)
+
+    def density(self, r: ArrayLike) -> Array:
+        return eff_density(r, self.gamma, self.scale_radius, self.total_mass, self.r_t)
+
+    def velocity_dispersion(self, r: ArrayLike) -> Array:
+        """One-dimensional isotropic Jeans dispersion sigma(r), km/s."""
+        return eff_velocity_dispersion(r, self.gamma, self.scale_radius, self.total_mass, self.G, self.r_t)
+
+    def sample_phase_space(self, keys, n: int, dtype) -> tuple[Array, Array]:
+        """Radii by inverse CDF; Gaussian velocities of the local Jeans dispersion
+        (the fourth key, for velocity directions, is not used)."""
+        k_r, k_rdir, k_v, _ = keys
+        a = self.scale_radius
+        radii = materialize(eff_sample_radii(uniform_open(k_r, (n,), dtype), self.gamma, a, self.r_t))
+        positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
+        sigma = eff_velocity_dispersion(radii, self.gamma, a, self.total_mass, self.G, self.r_t)
+        return positions, materialize(sigma)[:, None] * jax.random.normal(k_v, (n, 3), dtype)
