@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test validate bench docs docs-check clean
+.PHONY: demo test lint validate bench docs docs-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,14 @@ demo: $(STAMP)
 # Two workers, whole files per worker (module fixtures are built once).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
+	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 	$(MAKE) --no-print-directory docs-check
+
+# ruff lint and format check (configured in pyproject.toml), part of `make test`.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --dist loadfile

@@ -14,6 +14,12 @@ and `king_builder` (W0 = 6, Kroupa IMF, equilibrium velocities) after compile
     python benchmarks/builders.py [--sizes 10000 100000 1000000] [--repeats 5]
     python benchmarks/builders.py --king-only [--king-sizes 100000 1000000]
     python benchmarks/builders.py --fractal-only [--fractal-sizes 100000 1000000]
+    python benchmarks/builders.py --every-builder [--every-sizes 10000 100000]
+
+Every-builder rows: compile time (lower + compile) and build time after compile
+(median of repeats) of each exported builder in its common settings, through
+the public API only, so the same script times another checkout side by side
+(`PYTHONPATH=/path/to/other/src python benchmarks/builders.py --every-builder`).
 
 Fractal rows (no reference): `fractal_builder` (D = 1.6, Q = 0.5) after compile,
 which above 20,000 stars scales Q with the nested-mesh P3M W, and that W alone
@@ -62,11 +68,13 @@ def numpy_reference(rng: np.random.Generator, n: int, r_h: float = 1.0, q_target
         ok = y < x**2 * (1 - x**2) ** 3.5
         q[todo[ok]] = x[ok]
         todo = todo[~ok]
+
     def directions():
         c = rng.uniform(-1, 1, n)
         p = rng.uniform(0, 2 * np.pi, n)
         s = np.sqrt(1 - c**2)
         return np.stack([s * np.cos(p), s * np.sin(p), c], 1)
+
     mtot = masses.sum()
     pos = r[:, None] * directions()
     vel = (q * np.sqrt(2 * G * mtot / np.sqrt(r**2 + a**2)))[:, None] * directions()
@@ -142,8 +150,10 @@ def time_king_builder(n: int, repeats: int) -> tuple[float, float, float]:
 
 def king_rows(sizes: list[int], repeats: int) -> None:
     compile_s, solve_s = time_king_solve(repeats)
-    print(f"King solve_king_profile (1024 nodes): compile {compile_s:.2f} s, after compile "
-          f"{1e3 * solve_s:.1f} ms (target <= 20 ms)")
+    print(
+        f"King solve_king_profile (1024 nodes): compile {compile_s:.2f} s, after compile "
+        f"{1e3 * solve_s:.1f} ms (target <= 20 ms)"
+    )
     print(f"{'n':>9} {'compile [s]':>12} {'king [s]':>9} {'Q (no rescale)':>15}   target <= 2 s at n = 1e6")
     for n in sizes:
         compile_s, build_s, q = time_king_builder(n, repeats)
@@ -164,10 +174,12 @@ def _timed(fn, repeats):
 
 def fractal_rows(sizes: list[int], repeats: int) -> None:
     from progenax.diagnostics import potential_energy
-    from progenax.fractal import fractal_builder
 
-    print(f"{'n':>9} {'fractal wall [s]':>17} {'cpu [s]':>8} {'mesh W wall [s]':>16} {'cpu [s]':>8}"
-          f" {'W mesh/spherical':>17}")
+    fractal_builder = progenax.fractal_builder
+    print(
+        f"{'n':>9} {'fractal wall [s]':>17} {'cpu [s]':>8} {'mesh W wall [s]':>16} {'cpu [s]':>8}"
+        f" {'W mesh/spherical':>17}"
+    )
     for n in sizes:
         build = jax.jit(lambda key: fractal_builder(key, n=n, D=1.6, Q=0.5).state)
         b_wall, b_cpu = _timed(lambda i: build(jax.random.PRNGKey(i)), repeats)
@@ -178,6 +190,36 @@ def fractal_rows(sizes: list[int], repeats: int) -> None:
         print(f"{n:>9} {b_wall:>17.2f} {b_cpu:>8.2f} {m_wall:>16.2f} {m_cpu:>8.2f} {ratio:>17.3f}")
 
 
+EVERY_BUILDER = {
+    "plummer": lambda key, n: progenax.plummer_builder(key, n=n),
+    "eff": lambda key, n: progenax.eff_builder(key, n=n, gamma=3.0),
+    "eff r_t": lambda key, n: progenax.eff_builder(key, n=n, gamma=2.5, r_t=10.0),
+    "king": lambda key, n: progenax.king_builder(key, n=n, W0=6.0),
+    "limepy ra": lambda key, n: progenax.limepy_builder(key, n=n, W0=5.0, g=1.5, ra=8.0),
+    "king mass_bins": lambda key, n: progenax.king_builder(key, n=n, W0=5.0, mass_bins=4),
+    "fractal": lambda key, n: progenax.fractal_builder(key, n=n, D=2.0),
+    "gravoturb stars": lambda key, n: progenax.gravoturb.star_builder(key, n=n, grid=32, Q=0.5),
+    "gravoturb gas": lambda key, n: progenax.gravoturb.cloud_builder(key, n_gas=n, grid=32),
+}
+
+
+def every_builder_rows(sizes: list[int], repeats: int) -> None:
+    print(f"{'builder':<16} {'n':>8} {'compile [s]':>12} {'build [s]':>10}")
+    for name, make in EVERY_BUILDER.items():
+        for n in sizes:
+            build = jax.jit(lambda key, make=make, n=n: make(key, n).state)
+            key = jax.random.PRNGKey(0)
+            t0 = time.perf_counter()
+            compiled = build.lower(key).compile()
+            compile_s = time.perf_counter() - t0
+            times = []
+            for i in range(repeats):
+                t0 = time.perf_counter()
+                jax.block_until_ready(compiled(jax.random.PRNGKey(i + 1)))
+                times.append(time.perf_counter() - t0)
+            print(f"{name:<16} {n:>8} {compile_s:>12.2f} {statistics.median(times):>10.3f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -186,6 +228,8 @@ def main() -> None:
     parser.add_argument("--king-only", action="store_true", help="only the King rows")
     parser.add_argument("--fractal-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--fractal-only", action="store_true", help="only the fractal rows")
+    parser.add_argument("--every-sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--every-builder", action="store_true", help="compile and build time of every builder")
     args = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, float64; median of {args.repeats}")
     if args.king_only:
@@ -193,6 +237,10 @@ def main() -> None:
         return
     if args.fractal_only:
         fractal_rows(args.fractal_sizes, args.repeats)
+        return
+    if args.every_builder:
+        print(f"progenax from {progenax.__file__}")
+        every_builder_rows(args.every_sizes, args.repeats)
         return
     print(f"{'n':>9} {'compile [s]':>12} {'progenax [s]':>13} {'numpy ref [s]':>14} {'ratio':>7} {'Q built':>8}")
     for n in args.sizes:

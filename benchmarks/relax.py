@@ -37,8 +37,8 @@ def _slots_and_neighbours(x, m, h, box, n_bands, dim, query=None):
     import jax
     import jax.numpy as jnp
 
-    from progenax.sph.cells import candidate_counts
-    from progenax.sph.pairs import build_bands, pair_sum, safe_distance
+    from progenax.neighbours.cells import candidate_counts
+    from progenax.sph.pairs import build_bands, pair_sum
 
     support = 2.0 * h
     bands = build_bands(x, support, box=box, n_bands=n_bands, query=query)
@@ -90,8 +90,9 @@ def run_case(case: str, n: int, steps: int) -> dict:
         wall = time.perf_counter() - t0
         after = _rms(err(x))
         slots, neighbours = _slots_and_neighbours(x, m, h, jnp.full(dim, box), 1, dim)
-        return dict(case=case, n=n, steps=steps, before=before, after=after, wall_s=wall,
-                    slots=slots, neighbours=neighbours)
+        return dict(
+            case=case, n=n, steps=steps, before=before, after=after, wall_s=wall, slots=slots, neighbours=neighbours
+        )
     if case == "plummer":
         ic = progenax.plummer_builder(0, n=n)
     else:
@@ -117,8 +118,17 @@ def run_case(case: str, n: int, steps: int) -> dict:
     x = out.state.positions
     h, _, live = smoothing_lengths(x, m, target, eta)
     slots, neighbours = _slots_and_neighbours(x, m, h, None, 8, 3, live)
-    return dict(case=case, n=n, steps=steps, before=before, after=after, wall_s=wall,
-                r_h_change=r_h1 / r_h0 - 1.0, slots=slots, neighbours=neighbours)
+    return dict(
+        case=case,
+        n=n,
+        steps=steps,
+        before=before,
+        after=after,
+        wall_s=wall,
+        r_h_change=r_h1 / r_h0 - 1.0,
+        slots=slots,
+        neighbours=neighbours,
+    )
 
 
 def run_memory(mode: str, n: int, steps: int) -> dict:
@@ -148,9 +158,12 @@ def main(argv=None):
     parser.add_argument("--case", default="all", choices=CASES + ("all",))
     parser.add_argument("--n", type=int, default=None, help="particles (default: the issue's sizes)")
     parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--memory", action="store_true",
-                        help="peak memory of jax.grad through the relaxation against the forward pass "
-                             "(Plummer, --n default 100,000, --steps default 100), instead of the cases")
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="peak memory of jax.grad through the relaxation against the forward pass "
+        "(Plummer, --n default 100,000, --steps default 100), instead of the cases",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MEMORY_MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -163,8 +176,11 @@ def main(argv=None):
         n, steps = args.n or 100_000, args.steps or 100
         peaks = {}
         for mode in MEMORY_MODES:
-            out = subprocess.run([sys.executable, __file__, "--child", "--mode", mode, "--n", str(n),
-                                  "--steps", str(steps)], capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", "--mode", mode, "--n", str(n), "--steps", str(steps)],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode != 0:
                 print(mode, "failed:", out.stderr[-2000:])
                 return
@@ -185,20 +201,27 @@ def main(argv=None):
         print(json.dumps(result))
         return
     cases = CASES if args.case == "all" else (args.case,)
-    print(f"{'case':<8} {'N':>8} {'steps':>5} {'rms before':>10} {'rms after':>10} {'r_h change':>10} "
-          f"{'wall s':>7} {'slots/ptcl':>10} {'neighbours':>10} {'peak GB':>7}")
+    print(
+        f"{'case':<8} {'N':>8} {'steps':>5} {'rms before':>10} {'rms after':>10} {'r_h change':>10} "
+        f"{'wall s':>7} {'slots/ptcl':>10} {'neighbours':>10} {'peak GB':>7}"
+    )
     for case in cases:
         n, steps = defaults[case]
         n, steps = args.n or n, args.steps or steps
-        out = subprocess.run([sys.executable, __file__, "--child", "--case", case, "--n", str(n), "--steps", str(steps)],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", "--case", case, "--n", str(n), "--steps", str(steps)],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             print(case, "failed:", out.stderr[-2000:])
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         change = f"{100 * r['r_h_change']:+.2f}%" if "r_h_change" in r else "-"
-        print(f"{case:<8} {n:>8} {steps:>5} {100 * r['before']:>9.2f}% {100 * r['after']:>9.2f}% {change:>10} "
-              f"{r['wall_s']:>7.1f} {r['slots']:>10.1f} {r['neighbours']:>10.1f} {r['peak_rss_gb']:>7.2f}")
+        print(
+            f"{case:<8} {n:>8} {steps:>5} {100 * r['before']:>9.2f}% {100 * r['after']:>9.2f}% {change:>10} "
+            f"{r['wall_s']:>7.1f} {r['slots']:>10.1f} {r['neighbours']:>10.1f} {r['peak_rss_gb']:>7.2f}"
+        )
 
 
 if __name__ == "__main__":

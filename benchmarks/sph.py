@@ -62,10 +62,13 @@ def run_progenax(n: int, dim: int) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from progenax.neighbours.cells import build_cell_list, candidate_counts, slots_per_particle
     from progenax.sph import density_loss
-    from progenax.sph.cells import build_cell_list, candidate_counts, slots_per_particle
     from progenax.sph.density import (
-        DEFAULT_CELLS_PER_REACH, DEFAULT_CHUNK, DEFAULT_GROUPS, DEFAULT_X_CELLS_PER_REACH,
+        DEFAULT_CELLS_PER_REACH,
+        DEFAULT_CHUNK,
+        DEFAULT_GROUPS,
+        DEFAULT_X_CELLS_PER_REACH,
     )
 
     L, h = _box(n, dim), H[dim]
@@ -85,11 +88,18 @@ def run_progenax(n: int, dim: int) -> dict:
     peak = _peak_rss_gb()
 
     cells = build_cell_list(
-        x, 2.0 * h, box=jnp.full((dim,), L), cells_per_reach=DEFAULT_CELLS_PER_REACH[dim],
-        x_cells_per_reach=DEFAULT_X_CELLS_PER_REACH[dim], chunk=DEFAULT_CHUNK,
+        x,
+        2.0 * h,
+        box=jnp.full((dim,), L),
+        cells_per_reach=DEFAULT_CELLS_PER_REACH[dim],
+        x_cells_per_reach=DEFAULT_X_CELLS_PER_REACH[dim],
+        chunk=DEFAULT_CHUNK,
     )
     return {
-        "compile_s": compile_s, "forward_s": fwd, "gradient_s": grad, "peak_gb": peak,
+        "compile_s": compile_s,
+        "forward_s": fwd,
+        "gradient_s": grad,
+        "peak_gb": peak,
         "slots": float(slots_per_particle(cells, DEFAULT_CHUNK, DEFAULT_GROUPS)),
         "pairs_read": float(jnp.mean(candidate_counts(cells))),
         "loss": float(forward(x)),
@@ -148,8 +158,13 @@ def run_jax_md(n: int, dim: int) -> dict:
     peak = _peak_rss_gb()
     i = nbrs.idx[0]
     return {
-        "allocate_s": allocate_s, "compile_s": compile_s, "forward_s": fwd, "gradient_s": grad,
-        "peak_gb": peak, "slots": i.shape[0] / n, "pairs_read": float(jnp.sum(i < n)) / n + 1.0,
+        "allocate_s": allocate_s,
+        "compile_s": compile_s,
+        "forward_s": fwd,
+        "gradient_s": grad,
+        "peak_gb": peak,
+        "slots": i.shape[0] / n,
+        "pairs_read": float(jnp.sum(i < n)) / n + 1.0,
         "loss": float(value),
     }
 
@@ -191,8 +206,10 @@ def main(argv=None) -> None:
         return
 
     print(__doc__.split("\n\n")[1].replace("\n", " "))
-    header = (f"{'dim':>3} {'N':>8} {'backend':<9} {'compile':>8} {'allocate':>8} {'forward':>8} "
-              f"{'gradient':>8} {'peak RSS':>9} {'slots/particle':>14} {'pairs read':>10} {'neighbours':>10}")
+    header = (
+        f"{'dim':>3} {'N':>8} {'backend':<9} {'compile':>8} {'allocate':>8} {'forward':>8} "
+        f"{'gradient':>8} {'peak RSS':>9} {'slots/particle':>14} {'pairs read':>10} {'neighbours':>10}"
+    )
     print(header)
     print("-" * len(header))
     for dim in args.dims:
@@ -205,14 +222,18 @@ def main(argv=None) -> None:
                 if "error" in r:
                     print(f"{dim:>3} {n:>8} {name:<9} {r['error']}")
                     continue
-                print(f"{dim:>3} {n:>8} {name:<9} {_fmt(r['compile_s'], ' s'):>8} {_fmt(r.get('allocate_s'), ' s'):>8} "
-                      f"{_fmt(r['forward_s'], ' s'):>8} {_fmt(r['gradient_s'], ' s'):>8} {_fmt(r['peak_gb'], ' GB'):>9} "
-                      f"{r['slots']:>14.1f} {r['pairs_read']:>10.1f} {neighbours:>10.1f}")
+                print(
+                    f"{dim:>3} {n:>8} {name:<9} {_fmt(r['compile_s'], ' s'):>8} {_fmt(r.get('allocate_s'), ' s'):>8} "
+                    f"{_fmt(r['forward_s'], ' s'):>8} {_fmt(r['gradient_s'], ' s'):>8} {_fmt(r['peak_gb'], ' GB'):>9} "
+                    f"{r['slots']:>14.1f} {r['pairs_read']:>10.1f} {neighbours:>10.1f}"
+                )
             if "jax-md" in rows and "error" not in rows["jax-md"] and "error" not in rows["progenax"]:
                 a, b = rows["progenax"], rows["jax-md"]
-                print(f"{'':>13} speed-up: forward {b['forward_s'] / a['forward_s']:.1f}x, "
-                      f"gradient {b['gradient_s'] / a['gradient_s']:.1f}x; loss agrees to "
-                      f"{abs(a['loss'] - b['loss']) / abs(b['loss']):.1e}")
+                print(
+                    f"{'':>13} speed-up: forward {b['forward_s'] / a['forward_s']:.1f}x, "
+                    f"gradient {b['gradient_s'] / a['gradient_s']:.1f}x; loss agrees to "
+                    f"{abs(a['loss'] - b['loss']) / abs(b['loss']):.1e}"
+                )
     sys.stdout.flush()
 
 

@@ -41,16 +41,20 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, default=500)
     parser.add_argument("--num-chains", type=int, default=2)
     parser.add_argument(
-        "--chain-method", default="vectorized", choices=("sequential", "vectorized", "parallel"),
+        "--chain-method",
+        default="vectorized",
+        choices=("sequential", "vectorized", "parallel"),
         help="parallel: one chain per CPU core (numpyro.set_host_device_count)",
     )
     parser.add_argument("--likelihood", default="unbinned", choices=("unbinned", "mock"))
     parser.add_argument("--n-model", type=int, default=1000, help="mock: stars in the forward model")
     parser.add_argument("--num-covariance", type=int, default=100, help="mock: simulations for the covariance")
     parser.add_argument(
-        "--target-accept", type=float, default=0.8,
+        "--target-accept",
+        type=float,
+        default=0.8,
         help="NUTS target acceptance (numpyro's default 0.8): king_model samples r_h and Q in coordinates "
-             "where the support walls (tidal radius, escape speed) lie at infinity, so no smaller steps are needed",
+        "where the support walls (tidal radius, escape speed) lie at infinity, so no smaller steps are needed",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="infer_king.png")
@@ -70,17 +74,29 @@ def main() -> None:
     likelihood = args.likelihood
     if likelihood == "mock":
         likelihood = mock_likelihood(
-            data, "king", key=args.seed + 2, n_model=args.n_model, n_sph=min(500, args.n_model),
-            n_probes=min(256, data.n), num_covariance=args.num_covariance,
+            data,
+            "king",
+            key=args.seed + 2,
+            n_model=args.n_model,
+            n_sph=min(500, args.n_model),
+            n_probes=min(256, data.n),
+            num_covariance=args.num_covariance,
         )
-        print(f"mock likelihood set up (covariance from {args.num_covariance} simulations): "
-              f"{time.perf_counter() - start:.1f} s; fiducial "
-              + ", ".join(f"{k} = {float(v):.3f}" for k, v in likelihood.fiducial.items()))
+        print(
+            f"mock likelihood set up (covariance from {args.num_covariance} simulations): "
+            f"{time.perf_counter() - start:.1f} s; fiducial "
+            + ", ".join(f"{k} = {float(v):.3f}" for k, v in likelihood.fiducial.items())
+        )
     model = functools.partial(king_model, likelihood=likelihood)
     kernel = NUTS(model, init_strategy=init_to_data(), target_accept_prob=args.target_accept)
     mcmc = MCMC(
-        kernel, num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains,
-        chain_method=args.chain_method, progress_bar=False, jit_model_args=True,
+        kernel,
+        num_warmup=args.num_warmup,
+        num_samples=args.num_samples,
+        num_chains=args.num_chains,
+        chain_method=args.chain_method,
+        progress_bar=False,
+        jit_model_args=True,
     )
     mcmc.run(jax.random.PRNGKey(args.seed + 1), data, extra_fields=("diverging",))
     jax.block_until_ready(mcmc.get_samples())

@@ -42,21 +42,26 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, default=500)
     parser.add_argument("--num-chains", type=int, default=2)
     parser.add_argument(
-        "--chain-method", default="vectorized", choices=("sequential", "vectorized", "parallel"),
+        "--chain-method",
+        default="vectorized",
+        choices=("sequential", "vectorized", "parallel"),
         help="parallel: one chain per CPU core (numpyro.set_host_device_count)",
     )
     parser.add_argument("--likelihood", default="unbinned", choices=("unbinned", "mock"))
     parser.add_argument("--n-model", type=int, default=1000, help="mock: stars in the forward model")
     parser.add_argument("--num-covariance", type=int, default=100, help="mock: simulations for the covariance")
     parser.add_argument(
-        "--los-error", type=float, default=None,
+        "--los-error",
+        type=float,
+        default=None,
         help="observe only line-of-sight velocities, with Gaussian errors of this size (km/s; 0: exact)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="infer_plummer.png")
     parser.add_argument("--projected", action="store_true", help="observe projected (x, y) positions only")
     parser.add_argument(
-        "--exact-virial", action="store_true",
+        "--exact-virial",
+        action="store_true",
         help="data from plummer_builder(Q=0.5) rescaled to T/|W| = Q exactly (not the likelihood's model)",
     )
     args = parser.parse_args()
@@ -65,7 +70,11 @@ def main() -> None:
 
     los = {} if args.los_error is None else {"velocities": "los", "velocity_error": args.los_error or None}
     data = simulate_plummer(
-        jax.random.PRNGKey(args.seed), n=args.n, **TRUTH, exact_virial=args.exact_virial, projected=args.projected,
+        jax.random.PRNGKey(args.seed),
+        n=args.n,
+        **TRUTH,
+        exact_virial=args.exact_virial,
+        projected=args.projected,
         **los,
     )
     print(f"mock cluster: n = {data.n}, M = {float(data.masses.sum()):.1f} Msun, truth {TRUTH}")
@@ -74,17 +83,29 @@ def main() -> None:
     likelihood = args.likelihood
     if likelihood == "mock":
         likelihood = mock_likelihood(
-            data, "plummer", key=args.seed + 2, n_model=args.n_model, n_sph=min(500, args.n_model),
-            n_probes=min(256, data.n), num_covariance=args.num_covariance,
+            data,
+            "plummer",
+            key=args.seed + 2,
+            n_model=args.n_model,
+            n_sph=min(500, args.n_model),
+            n_probes=min(256, data.n),
+            num_covariance=args.num_covariance,
         )
-        print(f"mock likelihood set up (covariance from {args.num_covariance} simulations): "
-              f"{time.perf_counter() - start:.1f} s; fiducial "
-              + ", ".join(f"{k} = {float(v):.3f}" for k, v in likelihood.fiducial.items()))
+        print(
+            f"mock likelihood set up (covariance from {args.num_covariance} simulations): "
+            f"{time.perf_counter() - start:.1f} s; fiducial "
+            + ", ".join(f"{k} = {float(v):.3f}" for k, v in likelihood.fiducial.items())
+        )
     model = functools.partial(plummer_model, likelihood=likelihood)
     kernel = NUTS(model, init_strategy=init_to_data())
     mcmc = MCMC(
-        kernel, num_warmup=args.num_warmup, num_samples=args.num_samples, num_chains=args.num_chains,
-        chain_method=args.chain_method, progress_bar=False, jit_model_args=True,
+        kernel,
+        num_warmup=args.num_warmup,
+        num_samples=args.num_samples,
+        num_chains=args.num_chains,
+        chain_method=args.chain_method,
+        progress_bar=False,
+        jit_model_args=True,
     )
     mcmc.run(jax.random.PRNGKey(args.seed + 1), data, extra_fields=("diverging",))
     jax.block_until_ready(mcmc.get_samples())

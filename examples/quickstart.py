@@ -1,6 +1,6 @@
 """Build a Plummer cluster, look at it, and differentiate through the builder.
 
-    python examples/quickstart.py [--n 10000] [--output quickstart.png]
+python examples/quickstart.py [--n 10000] [--output quickstart.png]
 """
 
 import argparse
@@ -29,8 +29,9 @@ def main() -> None:
     print(f"Q = {float(virial_ratio(s.positions, s.velocities, s.masses)):.4f} (asked 0.5)")
 
     # d r_h(measured) / d r_h(parameter): 1 for a scale parameter.
-    measured = lambda r_h: half_mass_radius(*(lambda st: (st.positions, st.masses))(
-        progenax.plummer_builder(key, n=args.n, r_h=r_h).state))
+    measured = lambda r_h: half_mass_radius(
+        *(lambda st: (st.positions, st.masses))(progenax.plummer_builder(key, n=args.n, r_h=r_h).state)
+    )
     print(f"d r_h / d r_h = {float(jax.grad(measured)(1.0)):.6f}")
 
     # How the kinetic energy responds to the IMF slope at fixed Q.

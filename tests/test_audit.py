@@ -3,7 +3,7 @@
 import pytest
 
 import progenax
-from progenax.audit import FULL_TOLERANCE, _load_registry, REGISTRY, check_entry, format_table
+from progenax.audit import FULL_TOLERANCE, REGISTRY, _load_registry, check_entry, format_table
 
 _load_registry()
 
@@ -57,10 +57,7 @@ def _is_slow(entry):
 
 
 def _audit_params():
-    return [
-        pytest.param(e, marks=pytest.mark.slow) if _is_slow(e) else e
-        for e in REGISTRY
-    ]
+    return [pytest.param(e, marks=pytest.mark.slow) if _is_slow(e) else e for e in REGISTRY]
 
 
 @pytest.mark.parametrize("entry", _audit_params(), ids=lambda e: f"{e.builder}-{e.parameter}-{e.value}")

@@ -43,7 +43,7 @@ def test_build_plummer_then_info(tmp_path, capsys):
     assert len(out.strip().splitlines()) == 1
     assert f"N = {N}" in out and str(path) in out
     ic = pio.read(path)
-    assert ic.n == N and ic.model == "plummer" and ic.units.name == "physical"
+    assert ic.n == N and ic.model.name == "plummer" and ic.units.name == "physical"
     assert ic.state.positions.dtype == np.float64  # the CLI builds in float64
     np.testing.assert_allclose(float(ic.params["r_h"]), 1.5)
     np.testing.assert_allclose(float(ic.params["alpha"]), 2.7)
@@ -86,7 +86,7 @@ def test_build_eff_then_info_and_plot(tmp_path, capsys):
     )
     assert code == 0, err
     ic = pio.read(path)
-    assert ic.n == 200 and ic.model == "eff"
+    assert ic.n == 200 and ic.model.name == "eff"
     np.testing.assert_allclose(float(ic.params["gamma"]), 2.5)
     np.testing.assert_allclose(float(ic.params["r_t"]), 20.0)
     # Salpeter (0.1-100 Msun) never draws a star below 0.1 Msun.
@@ -98,41 +98,41 @@ def test_build_eff_then_info_and_plot(tmp_path, capsys):
     assert _is_png(path.with_suffix(".png"))
 
 
-def _spy_builder(monkeypatch, module, name, model):
-    """Put a spy in place of `module.name`: it records the keyword arguments the
-    command line passes and returns a small Plummer cluster labelled `model`,
-    so a test checks the defaults without compiling the real builder."""
+def _spy_builder(monkeypatch):
+    """Put a spy in place of the command line's `model_builder`: it records the
+    model and keyword arguments the command line passes and returns a small
+    Plummer cluster labelled with that model, so a test checks the defaults
+    without compiling the real builder."""
     import progenax.builders as builders
+    import progenax.cli as cli
+    from progenax.models import RecordedModel
     from progenax.state import InitialConditions
 
     calls = []
 
-    def spy(key, **kwargs):
-        calls.append(kwargs)
+    def spy(key, model, **kwargs):
+        calls.append((model.NAME, kwargs))
         ic = builders.plummer_builder(key, n=kwargs["n"])
-        return InitialConditions(ic.state, ic.weights, model, ic.params, ic.units)
+        return InitialConditions(ic.state, ic.weights, RecordedModel(model.NAME, {}), ic.params, ic.units)
 
-    monkeypatch.setattr(module, name, spy)
+    monkeypatch.setattr(cli, "model_builder", spy)
     return calls
 
 
 def test_build_passes_defaults_to_eff_builder(tmp_path, capsys, monkeypatch):
-    import progenax.builders as builders
-
-    calls = _spy_builder(monkeypatch, builders, "eff_builder", "eff")
+    # Model parameters not given on the command line take the model's defaults.
+    calls = _spy_builder(monkeypatch)
     assert _run(capsys, "build", "eff", "--n", 50, "-o", tmp_path / "e.npz")[0] == 0
-    assert calls == [dict(n=50, gamma=3.0, r_t=None, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa", units="physical")]
+    assert calls == [("eff", dict(n=50, alpha=2.3, Q=0.5, imf="kroupa", units="physical"))]
 
 
 def test_build_king_passes_its_defaults(tmp_path, capsys, monkeypatch):
     # King keeps its equilibrium velocities unless --Q is given.
-    import progenax.king_builders as king_builders
-
-    calls = _spy_builder(monkeypatch, king_builders, "king_builder", "king")
+    calls = _spy_builder(monkeypatch)
     assert _run(capsys, "build", "king", "--n", 50, "-o", tmp_path / "k.npz")[0] == 0
     assert _run(capsys, "build", "king", "--n", 50, "--W0", 9, "--Q", 0.4, "-o", tmp_path / "k.npz")[0] == 0
-    common = dict(n=50, r_h=1.0, alpha=2.3, imf="kroupa", units="physical")
-    assert calls == [dict(W0=6.0, Q=None, **common), dict(W0=9.0, Q=0.4, **common)]
+    common = dict(n=50, alpha=2.3, imf="kroupa", units="physical")
+    assert calls == [("king", dict(Q=None, **common)), ("king", dict(W0=9.0, Q=0.4, **common))]
     code, out, err = _run(capsys, "build", "plummer", "--n", 10, "--W0", 6, "-o", tmp_path / "p.npz")
     _assert_usage_error(code, err, "--W0", "king")
 
@@ -159,7 +159,7 @@ def test_demo_writes_cluster_and_png(tmp_path, capsys):
     cluster, figure = out_dir / "cluster.h5", out_dir / "quicklook.png"
     assert _is_png(figure)
     ic = pio.read(cluster)
-    assert ic.n == 2000 and ic.model == "plummer"
+    assert ic.n == 2000 and ic.model.name == "plummer"
     assert str(cluster) in out and str(figure) in out
     assert "virial ratio Q" in out
 

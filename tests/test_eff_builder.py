@@ -86,8 +86,10 @@ def test_gradients_in_gamma_r_h_r_t():
     grads = jax.grad(observable, argnums=(0, 1, 2))(*args)
     for i, g in enumerate(grads):
         h = 1e-6 * args[i]
-        up = list(args); up[i] += h
-        dn = list(args); dn[i] -= h
+        up = list(args)
+        up[i] += h
+        dn = list(args)
+        dn[i] -= h
         fd = (observable(*up) - observable(*dn)) / (2 * h)
         np.testing.assert_allclose(g, fd, rtol=1e-5)
 

@@ -16,14 +16,30 @@ SMALL_ARGS = {
 # in the likelihood, ~1-3 min on 2 cores): run with `make validate`.
 SLOW_EXAMPLES = {"infer_king.py"}
 # The mock likelihood (covariance simulations, builder + SPH forward model).
-MOCK_ARGS = ["--n", "200", "--num-warmup", "5", "--num-samples", "5", "--num-chains", "1",
-             "--likelihood", "mock", "--n-model", "100", "--num-covariance", "20"]
+MOCK_ARGS = [
+    "--n",
+    "200",
+    "--num-warmup",
+    "5",
+    "--num-samples",
+    "5",
+    "--num-chains",
+    "1",
+    "--likelihood",
+    "mock",
+    "--n-model",
+    "100",
+    "--num-covariance",
+    "20",
+]
 
 
 @pytest.mark.parametrize(
     "script",
-    [pytest.param(p.name, marks=pytest.mark.slow) if p.name in SLOW_EXAMPLES else p.name
-     for p in sorted(EXAMPLES.glob("*.py"))],
+    [
+        pytest.param(p.name, marks=pytest.mark.slow) if p.name in SLOW_EXAMPLES else p.name
+        for p in sorted(EXAMPLES.glob("*.py"))
+    ],
 )
 def test_example_runs(script, tmp_path):
     args = SMALL_ARGS.get(script, [])
@@ -31,7 +47,10 @@ def test_example_runs(script, tmp_path):
         args = args + ["--output", str(tmp_path / "q.png")]
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -41,7 +60,10 @@ def test_example_runs(script, tmp_path):
 def test_inference_example_runs_with_mock_likelihood(script, tmp_path):
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *MOCK_ARGS, "--output", str(tmp_path / "m.png")],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "m.png").exists()

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from progenax import fractal_builder
 from progenax.diagnostics import half_mass_radius, virial_ratio
 from progenax.diagnostics.structure import q_parameter
-from progenax.fractal import box_fractal, fractal_builder
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +112,9 @@ def test_virial_ratio_with_mesh_energy(monkeypatch):
     # mesh W (the spherical estimate gave Q = 0.36 for a request of 0.5 at
     # n = 30,000). A cheap stand-in for the slow test below: the threshold is
     # lowered so that n = 2000 takes the same path, then Q is measured exactly.
-    import progenax.builders
+    import progenax.builders._common
 
-    monkeypatch.setattr(progenax.builders, "EXACT_MAX_N", 1000)
+    monkeypatch.setattr(progenax.builders._common, "EXACT_MAX_N", 1000)
     ic = fractal_builder(jax.random.PRNGKey(4), n=2000, D=1.6, Q=0.5)
     s = ic.state
     q = virial_ratio(s.positions, s.velocities, s.masses, method="exact")

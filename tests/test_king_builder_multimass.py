@@ -52,8 +52,12 @@ def test_delta_zero_removes_segregation():
 
 @pytest.mark.parametrize(
     "kwargs,name",
-    [(dict(mass_bins=0), "mass_bins"), (dict(mass_bins=2.5), "mass_bins"), (dict(mass_bins=2, imf="equal"), "equal"),
-     (dict(mass_bins=2, delta=-0.1), "delta")],
+    [
+        (dict(mass_bins=0), "mass_bins"),
+        (dict(mass_bins=2.5), "mass_bins"),
+        (dict(mass_bins=2, imf="equal"), "equal"),
+        (dict(mass_bins=2, delta=-0.1), "delta"),
+    ],
 )
 def test_bad_multimass_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

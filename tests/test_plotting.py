@@ -9,9 +9,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import progenax  # noqa: E402
-
-from progenax.imf import kroupa, salpeter  # noqa: E402
 from progenax.diagnostics import density_centre  # noqa: E402
+from progenax.imf import kroupa, salpeter  # noqa: E402
 from progenax.plotting import _imf_of, quicklook  # noqa: E402
 from progenax.profiles.plummer import plummer_scale_radius  # noqa: E402
 from progenax.state import InitialConditions, ParticleState  # noqa: E402
@@ -69,5 +68,3 @@ def test_imf_comes_from_recorded_parameters():
     np.testing.assert_allclose(found.mean_mass(), salpeter().mean_mass())
     found, _ = _imf_of(progenax.plummer_builder(0, n=100, imf="equal"))
     assert found is None
-
-

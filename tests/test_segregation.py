@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from progenax import fractal_builder
 from progenax.builders import eff_builder, plummer_builder
 from progenax.diagnostics.structure import mass_segregation_ratio_jax
-from progenax.fractal import fractal_builder
-from progenax.segregation import apply_segregation, soft_rank, specific_energies
+from progenax.structure.segregation import apply_segregation, soft_rank, specific_energies
 
 N = 500
 H = 0.1  # finite-difference half-step in S
@@ -138,7 +138,7 @@ def test_float32():
         # One compile: the cluster comes out (as aux) of the gradient's own build.
         def observable(S):
             ic = plummer_builder(jax.random.PRNGKey(0), n=300, segregation=S)
-            return jnp.sum(ic.state.positions ** 2), ic
+            return jnp.sum(ic.state.positions**2), ic
 
         g, ic = jax.grad(observable, has_aux=True)(0.5)
         assert ic.state.positions.dtype == jnp.float32

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from progenax.builders import plummer_builder
-from progenax.tidal import (
+from progenax.structure.tidal import (
     apply_tidal_truncation,
     jacobi_radius_flat_rotation,
     jacobi_radius_point_mass,
@@ -51,7 +51,9 @@ def test_sigmoid_values():
 def test_hard_mode_is_exact(ic):
     out = apply_tidal_truncation(ic, 1.5, mode="hard")
     w = np.asarray(out.weights)
-    centre = np.sum(np.asarray(ic.state.masses)[:, None] * np.asarray(ic.state.positions), 0) / float(ic.state.total_mass)
+    centre = np.sum(np.asarray(ic.state.masses)[:, None] * np.asarray(ic.state.positions), 0) / float(
+        ic.state.total_mass
+    )
     r = np.linalg.norm(np.asarray(ic.state.positions) - centre, axis=1)
     assert set(np.unique(w)) <= {0.0, 1.0}
     np.testing.assert_array_equal(w, (r <= 1.5).astype(float))
@@ -89,13 +91,17 @@ def jacobi_from_potential(phi, m, R, G):
 def test_jacobi_point_mass():
     M, m, R = 1e11, 1e4, 8000.0
     phi = lambda r: -G_PHYSICAL * M / r
-    np.testing.assert_allclose(jacobi_radius_point_mass(m, M, R), jacobi_from_potential(phi, m, R, G_PHYSICAL), rtol=1e-12)
+    np.testing.assert_allclose(
+        jacobi_radius_point_mass(m, M, R), jacobi_from_potential(phi, m, R, G_PHYSICAL), rtol=1e-12
+    )
 
 
 def test_jacobi_flat_rotation_curve():
     V, m, R = 220.0, 1e4, 8000.0
     phi = lambda r: V**2 * jnp.log(r)
-    np.testing.assert_allclose(jacobi_radius_flat_rotation(m, V, R), jacobi_from_potential(phi, m, R, G_PHYSICAL), rtol=1e-12)
+    np.testing.assert_allclose(
+        jacobi_radius_flat_rotation(m, V, R), jacobi_from_potential(phi, m, R, G_PHYSICAL), rtol=1e-12
+    )
     with pytest.raises(ValueError, match="V_c"):
         jacobi_radius_flat_rotation(m, 0.0, R)
 

@@ -1,7 +1,6 @@
 """Builders gallery: one four-panel figure per builder, measured against its model.
 
-For each builder (plummer, eff, king, limepy, and fractal when `progenax.fractal`
-exists) the script builds one cluster at a fixed key and draws
+For each builder (plummer, eff, king, limepy and fractal) the script builds one cluster at a fixed key and draws
 
 1. the stars projected on the x-y plane (log-scaled 2D histogram);
 2. the mass density in logarithmic radial shells, against the model's density;
@@ -19,7 +18,6 @@ docs/generated/gallery.md that docs/gallery.md includes.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
 from pathlib import Path
 
@@ -55,8 +53,10 @@ def plummer_model(params: dict, total_mass: float):
     a = float(plummer_scale_radius(params["r_h"]))
 
     def model(r):
-        return (np.asarray(plummer_density(r, total_mass, a)),
-                np.asarray(plummer_velocity_dispersion(r, total_mass, a, G)))
+        return (
+            np.asarray(plummer_density(r, total_mass, a)),
+            np.asarray(plummer_velocity_dispersion(r, total_mass, a, G)),
+        )
 
     return model, f"Plummer, a = {a:.3g} pc"
 
@@ -66,8 +66,10 @@ def eff_model(params: dict, total_mass: float):
     a = float(eff_scale_radius(r_h, gamma, r_t))
 
     def model(r):
-        return (np.asarray(eff_density(r, gamma, a, total_mass, r_t)),
-                np.asarray(eff_velocity_dispersion(r, gamma, a, total_mass, G, r_t)))
+        return (
+            np.asarray(eff_density(r, gamma, a, total_mass, r_t)),
+            np.asarray(eff_velocity_dispersion(r, gamma, a, total_mass, G, r_t)),
+        )
 
     return model, f"EFF $\\gamma$ = {gamma:g}, a = {a:.3g} pc (Jeans $\\sigma$)"
 
@@ -134,8 +136,13 @@ def measure(r, v, m, w, edges):
     sigma = np.sqrt(var)
     keep = count >= 5
     centres = np.sqrt(edges[1:] * edges[:-1])
-    return (centres[keep], rho[keep], rho[keep] / np.sqrt(count[keep]),
-            sigma[keep], sigma[keep] / np.sqrt(6.0 * count[keep]))
+    return (
+        centres[keep],
+        rho[keep],
+        rho[keep] / np.sqrt(count[keep]),
+        sigma[keep],
+        sigma[keep] / np.sqrt(6.0 * count[keep]),
+    )
 
 
 def draw(name: str, call: str, ic, model, model_label: str, path: Path) -> dict:
@@ -157,8 +164,14 @@ def draw(name: str, call: str, ic, model, model_label: str, path: Path) -> dict:
     edges2 = np.linspace(-lim, lim, 201)
     h, _, _ = np.histogram2d(x[:, 0], x[:, 1], bins=(edges2, edges2), weights=w)
     h = np.where(h > 0, h, np.nan)
-    im = ax_xy.imshow(h.T, origin="lower", extent=(-lim, lim, -lim, lim), cmap="magma",
-                      norm=LogNorm(vmin=max(np.nanmin(h), 0.5), vmax=np.nanmax(h)), interpolation="nearest")
+    im = ax_xy.imshow(
+        h.T,
+        origin="lower",
+        extent=(-lim, lim, -lim, lim),
+        cmap="magma",
+        norm=LogNorm(vmin=max(np.nanmin(h), 0.5), vmax=np.nanmax(h)),
+        interpolation="nearest",
+    )
     fig.colorbar(im, ax=ax_xy, fraction=0.046, pad=0.03, label="stars per pixel")
     ax_xy.set_facecolor("black")
     ax_xy.set_aspect("equal")
@@ -198,14 +211,18 @@ def draw(name: str, call: str, ic, model, model_label: str, path: Path) -> dict:
     mc = np.sqrt(medges[1:] * medges[:-1])
     keep = raw > 0
     dn = count[keep] / dlog[keep]
-    ax_mf.errorbar(mc[keep], dn, yerr=dn / np.sqrt(raw[keep]), fmt="o", ms=3.5, color="C0", capsize=0,
-                   label="sampled")
+    ax_mf.errorbar(mc[keep], dn, yerr=dn / np.sqrt(raw[keep]), fmt="o", ms=3.5, color="C0", capsize=0, label="sampled")
     params = dict(ic.params)
     imf = PowerLawIMF(np.asarray(params["imf_breaks"], np.float64), np.asarray(params["imf_slopes"], np.float64))
     mgrid = np.geomspace(float(imf.m_min), float(imf.m_max), 300)
     slopes = ", ".join(f"{s_:.3g}" for s_ in np.asarray(params["imf_slopes"]).ravel())
-    ax_mf.plot(mgrid, w.sum() * mgrid * np.log(10.0) * np.asarray(imf.pdf(mgrid)), color="C3", lw=1.5,
-               label=f"IMF, slopes {slopes}")
+    ax_mf.plot(
+        mgrid,
+        w.sum() * mgrid * np.log(10.0) * np.asarray(imf.pdf(mgrid)),
+        color="C3",
+        lw=1.5,
+        label=f"IMF, slopes {slopes}",
+    )
     ax_mf.set_xscale("log")
     ax_mf.set_yscale("log")
     ax_mf.set_xlabel(r"m [M$_\odot$]")
@@ -224,23 +241,27 @@ def cases(n: int):
     out = [
         ("plummer_builder", progenax.plummer_builder, dict(r_h=1.0, alpha=2.3, Q=0.5), plummer_model),
         ("eff_builder", progenax.eff_builder, dict(gamma=3.0, r_h=1.0, r_t=20.0, Q=0.5), eff_model),
-        ("king_builder", progenax.king_builder, dict(W0=6.0, r_h=1.0),
-         lambda p, M: lowered_isothermal_model(p, M, W0=6.0, g=1.0)),
-        ("limepy_builder", progenax.limepy_builder, dict(W0=5.0, g=2.0, r_h=1.0),
-         lambda p, M: lowered_isothermal_model(p, M, W0=5.0, g=2.0)),
+        (
+            "king_builder",
+            progenax.king_builder,
+            dict(W0=6.0, r_h=1.0),
+            lambda p, M: lowered_isothermal_model(p, M, W0=6.0, g=1.0),
+        ),
+        (
+            "limepy_builder",
+            progenax.limepy_builder,
+            dict(W0=5.0, g=2.0, r_h=1.0),
+            lambda p, M: lowered_isothermal_model(p, M, W0=5.0, g=2.0),
+        ),
+        ("fractal_builder", progenax.fractal_builder, dict(D=2.0, r_h=1.0, Q=0.5), fractal_model),
     ]
-    if importlib.util.find_spec("progenax.fractal") is not None:
-        from progenax.fractal import fractal_builder
-
-        out.append(("fractal_builder", fractal_builder, dict(D=2.0, r_h=1.0, Q=0.5), fractal_model))
     for name, build, kwargs, factory in out:
         text = ", ".join(f"{k}={v}" for k, v in {"n": n, **kwargs}.items())
         yield name, f"{name}(key, {text})", build, kwargs, factory
 
 
 def scalar_params(ic) -> dict:
-    return {k: float(np.asarray(v)) for k, v in dict(ic.params).items()
-            if not isinstance(v, str) and np.ndim(v) == 0}
+    return {k: float(np.asarray(v)) for k, v in dict(ic.params).items() if not isinstance(v, str) and np.ndim(v) == 0}
 
 
 def main() -> None:
@@ -266,7 +287,7 @@ def main() -> None:
             f"## `{name}`",
             "",
             "```python",
-            f"ic = progenax.{call}" if name != "fractal_builder" else f"ic = progenax.fractal.{call}",
+            f"ic = progenax.{call}",
             "```",
             "",
             f"![{name}](figures/gallery/{name}.png)",

@@ -28,8 +28,13 @@ jax.config.update("jax_enable_x64", True)
 import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from progenax.gravoturb import cloud_builder, star_builder, tail_slope_fit, turbulent_field  # noqa: E402
-from progenax.gravoturb import lognormal_variance_fit  # noqa: E402
+from progenax.gravoturb import (  # noqa: E402
+    cloud_builder,
+    lognormal_variance_fit,  # noqa: E402
+    star_builder,
+    tail_slope_fit,
+    turbulent_field,
+)
 
 OUTPUT = Path(__file__).resolve().parents[1] / "figures" / "gravoturb"
 KEY = jax.random.PRNGKey(2)

@@ -80,8 +80,12 @@ def main() -> None:
         r_grid, inside = np.asarray(p.r), np.asarray(p.r) < float(p.r_t)
         # beta -> 0 at r_t itself (every speed -> 0 there), inside the last grid cell.
         x_beta = np.append(r_grid[inside], float(p.r_t)) / float(p.r_h)
-        ax_beta.semilogx(x_beta, np.append(np.asarray(p.beta)[inside], 0.0), color=colour,
-                         label=f"r_a={ra:g} r_0 (r_t={float(p.r_t) / float(p.r_h):.0f} r_h)")
+        ax_beta.semilogx(
+            x_beta,
+            np.append(np.asarray(p.beta)[inside], 0.0),
+            color=colour,
+            label=f"r_a={ra:g} r_0 (r_t={float(p.r_t) / float(p.r_h):.0f} r_h)",
+        )
 
     ax_rho.set_title("King (1966), several W0")
     ax_g.set_title("LIMEPY family, W0 = 3, several g")

@@ -5,10 +5,11 @@ from . import diagnostics as diagnostics
 from . import gravoturb as gravoturb
 from . import imf as imf
 from . import io as io
-from . import sampling as sampling
 from . import models as models
+from . import sampling as sampling
 from . import sph as sph
 from . import structure as structure
+from ._version import __version__ as __version__
 from .builders import eff_builder as eff_builder
 from .builders import fractal_builder as fractal_builder
 from .builders import king_builder as king_builder
@@ -21,18 +22,16 @@ from .profiles.king import solve_king_profile as solve_king_profile
 from .profiles.king import solve_multimass_king_profile as solve_multimass_king_profile
 from .sph.relax import relax as relax
 from .state import InitialConditions as InitialConditions
+from .state import ParticleState as ParticleState
 from .structure import segregation as segregation
 from .structure import tidal as tidal
 from .structure.tidal import apply_tidal_truncation as apply_tidal_truncation
 from .structure.tidal import jacobi_radius_flat_rotation as jacobi_radius_flat_rotation
 from .structure.tidal import jacobi_radius_point_mass as jacobi_radius_point_mass
-from .state import ParticleState as ParticleState
 from .units import G_PHYSICAL as G_PHYSICAL
 from .units import Units as Units
 from .units import henon_units as henon_units
 from .units import physical_units as physical_units
-
-__version__ = "0.1.0"
 
 __all__ = [
     # builders

@@ -25,10 +25,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from .diagnostics import half_mass_radius
+from .gravoturb import dense_gas_fraction
+from .models import REGISTRY as MODELS
 
 FULL_TOLERANCE = 1e-5
 FD_RELATIVE_STEP = 1e-5
@@ -98,7 +103,6 @@ def default_observable(ic) -> jax.Array:
 def half_mass_radius_observable(ic) -> jax.Array:
     """3D half-mass radius about the origin (the model centre): depends on the
     few stars at the median only, not on every star's cell choice."""
-    from .diagnostics import half_mass_radius
 
     s = ic.state
     return half_mass_radius(s.positions, s.masses * ic.weights, centre=jnp.zeros(3, s.positions.dtype))
@@ -107,7 +111,6 @@ def half_mass_radius_observable(ic) -> jax.Array:
 def gas_field_observable(cloud) -> jax.Array:
     """Gas on its grid: the mass fraction above s_t (soft, kappa = 10) plus the
     mass-weighted mean square velocity of the grid in units of c_s^2."""
-    from .gravoturb import dense_gas_fraction
 
     field = cloud.field
     m = field.cell_mass_weights()
@@ -124,12 +127,12 @@ OBSERVABLES: dict[str, Callable] = {
 
 def _builder(name: str) -> Callable:
     """An exported builder by name; a dotted name reaches into a submodule."""
-    import progenax
+    import progenax  # the package imports this module, so its namespace is complete only at call time
 
     return functools.reduce(getattr, name.split("."), progenax)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(builder: str, names: tuple[str, ...], static: tuple = (), observable: str = "default", count: str = "n"):
     """Jitted observable and gradient of `builder` as functions of a dict of the
     named parameters, compiled once per builder and parameter set (entries that
@@ -145,20 +148,21 @@ def _compiled(builder: str, names: tuple[str, ...], static: tuple = (), observab
     return jax.jit(fn), jax.jit(jax.grad(fn))
 
 
-def _numeric_defaults(builder: str) -> dict[str, float]:
-    """The builder's float keyword defaults: passing them all as traced values
-    lets every entry of a builder share one compilation."""
+def _numeric_defaults(builder: str, static: dict[str, Any]) -> dict[str, float]:
+    """The builder's float keyword defaults (for `model_builder`, also the model's
+    declared ones): passing them all as traced values lets every entry of a
+    builder share one compilation."""
     signature = inspect.signature(_builder(builder))
-    return {
-        name: p.default
-        for name, p in signature.parameters.items()
-        if isinstance(p.default, float)
-    }
+    defaults = {name: p.default for name, p in signature.parameters.items() if isinstance(p.default, float)}
+    if "model" in static:
+        declared = MODELS[static["model"]].PARAMETERS
+        defaults.update({p.name: float(p.default) for p in declared if not p.static and p.default is not None})
+    return defaults
 
 
 def observable_fn(entry: AuditEntry) -> Callable[[jax.Array], jax.Array]:
     """The scalar function of the audited parameter (other kwargs fixed)."""
-    defaults = {k: v for k, v in _numeric_defaults(entry.builder).items() if k not in entry.static}
+    defaults = {k: v for k, v in _numeric_defaults(entry.builder, entry.static).items() if k not in entry.static}
     base = {**defaults, **entry.kwargs, entry.parameter: entry.value}
     static = tuple(sorted(entry.static.items()))
     fn, grad = _compiled(entry.builder, tuple(sorted(base)), static, entry.observable, entry.count)
@@ -232,11 +236,11 @@ def _load_registry() -> None:
         return
     _LOADED = True
     register(
-        AuditEntry("plummer_builder", "r_h", 1.0, (1e-3, 1e3)),
+        # Each model's own parameters come from its declaration (`Parameter.audit`,
+        # `_declared_entries`); the entries here are the builders' other
+        # parameters and the settings a declaration cannot express.
         AuditEntry("plummer_builder", "alpha", 2.3, (0.5, 4.0)),
         AuditEntry("plummer_builder", "Q", 0.5, (1e-3, 5.0)),
-        AuditEntry("eff_builder", "gamma", 3.0, (2.05, 12.0)),
-        AuditEntry("eff_builder", "r_h", 1.0, (1e-3, 1e3)),
         AuditEntry("eff_builder", "alpha", 2.3, (0.5, 4.0)),
         AuditEntry("eff_builder", "Q", 0.5, (1e-3, 5.0)),
         AuditEntry("eff_builder", "r_t", 10.0, (1.3, 1e4), kwargs={"gamma": 3.0}),
@@ -244,8 +248,6 @@ def _load_registry() -> None:
         AuditEntry("eff_builder", "gamma", 1.8, (1.4, 8.0), kwargs={"r_t": 3.0}),
         # King entries keep Q = None (equilibrium DF velocities); the LIMEPY ones
         # all pass Q, so each builder compiles once (a compile costs ~30 s).
-        AuditEntry("king_builder", "W0", 6.0, (0.5, 15.0)),
-        AuditEntry("king_builder", "r_h", 1.0, (1e-3, 1e3)),
         AuditEntry("king_builder", "alpha", 2.3, (0.5, 4.0)),
         AuditEntry("limepy_builder", "W0", 6.0, (0.5, 12.0), kwargs={"g": 1.5, "Q": 0.5}),
         AuditEntry("limepy_builder", "g", 1.0, (0.05, 2.5), kwargs={"W0": 5.0, "Q": 0.5}),
@@ -269,6 +271,26 @@ def _load_registry() -> None:
         # particle is piecewise constant, see progenax.gravoturb.placement).
         *_GRAVOTURB_ENTRIES,
     )
+    register(*_declared_entries(REGISTRY))
+
+
+def _declared_entries(curated: list[AuditEntry]) -> list[AuditEntry]:
+    """An entry for each declared parameter of every registered model (its
+    `Parameter.audit` value and edges), through the model's builder (`BUILDER`),
+    unless `curated` already has one for that builder and parameter (a setting
+    the declaration cannot express). A model drawn by `model_builder` also gets
+    alpha and Q entries."""
+    have = {(e.builder, e.parameter, tuple(sorted(e.static.items())), tuple(sorted(e.kwargs.items()))) for e in curated}
+    entries = []
+    for cls in MODELS.values():
+        static = {"model": cls.NAME} if cls.BUILDER == "model_builder" else {}
+        points = [(p.name, *p.audit) for p in cls.PARAMETERS if p.audit is not None and not p.static]
+        if cls.BUILDER == "model_builder":
+            points += [("alpha", 2.3, (0.5, 4.0)), ("Q", 0.5, (1e-3, 5.0))]
+        for name, value, edges in points:
+            if (cls.BUILDER, name, tuple(sorted(static.items())), ()) not in have:
+                entries.append(AuditEntry(cls.BUILDER, name, value, edges, static=static))
+    return entries
 
 
 _GT_STARS = dict(static={"grid": 16}, observable="half_mass_radius")

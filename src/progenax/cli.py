@@ -4,6 +4,7 @@
 progenax build plummer --n 10000 --r-h 1.0 --alpha 2.3 --Q 0.5 --seed 1 -o cluster.h5
 progenax build eff --n 10000 --gamma 3.0 --r-t 20 -o cluster.npz
 progenax build king --n 10000 --W0 6 --r-h 1.0 -o king.h5
+progenax build dehnen --n 10000 --gamma 1 -o hernquist.h5
 progenax info cluster.h5
 progenax plot cluster.h5 -o quicklook.png
 progenax audit
@@ -22,13 +23,24 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
+
+import equinox as eqx
+import jax
+
+from . import audit
+from . import io as pio
+from ._version import __version__
+from .builders import model_builder, plummer_builder
+from .io.amuse import require_amuse
+from .models import REGISTRY
+from .plotting import quicklook, relax_before_after
+from .sph.relax import relax
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-MODELS = ("plummer", "eff", "king")
 IMFS = ("kroupa", "salpeter", "equal")
 UNITS = ("physical", "henon")
 
@@ -86,23 +98,18 @@ FORMAT_HELP = (
 
 
 def _formats() -> tuple[str, ...]:
-    from .io import FORMATS
 
-    return FORMATS
+    return pio.FORMATS
 
 
 def _checked_format(path: Path, fmt: str | None) -> str | None:
     """Without --format the extension must name our own schema."""
     if fmt is None:
-        from .io import file_format
-
         try:
-            file_format(path)
+            pio.file_format(path)
         except ValueError as err:
             raise UsageError(f"{err}; or give --format") from None
     if fmt == "amuse":
-        from .io.amuse import require_amuse
-
         require_amuse()  # ImportError with install instructions, before building anything
     return fmt
 
@@ -117,25 +124,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     b = sub.add_parser("build", help="build a cluster and write it to a file")
-    b.add_argument("model", choices=MODELS, help="density model")
+    b.add_argument("model", choices=sorted(REGISTRY), help="density model")
     b.add_argument("--n", type=_positive_int, default=10_000, help="number of stars (default 10000)")
-    b.add_argument("--r-h", dest="r_h", type=float, default=1.0, help="3D half-mass radius in pc (default 1.0)")
     b.add_argument(
-        "--alpha", type=float, default=None,
+        "--alpha",
+        type=float,
+        default=None,
         help="high-mass slope of the Kroupa IMF (default 2.3; not with --imf salpeter)",
     )
     b.add_argument(
-        "--Q", dest="Q", type=float, default=None,
-        help="virial ratio T/|W| (default 0.5; king: the model's own equilibrium velocities)",
+        "--Q",
+        dest="Q",
+        type=float,
+        default=None,
+        help="virial ratio T/|W| (default 0.5; king, limepy: the model's own equilibrium velocities)",
     )
     b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
-    b.add_argument("--gamma", type=float, default=None, help="EFF outer slope (eff only; default 3.0)")
-    b.add_argument("--r-t", dest="r_t", type=float, default=None, help="EFF tidal radius in pc (eff only)")
-    b.add_argument("--W0", dest="W0", type=float, default=None, help="King central potential (king only; default 6)")
+    _add_model_flags(b)
     b.add_argument("--imf", choices=IMFS, default="kroupa", help="initial mass function (default kroupa)")
     b.add_argument("--units", choices=UNITS, default="physical", help="unit system of the file (default physical)")
     b.add_argument(
-        "-o", "--output", type=Path, default=Path("cluster.h5"),
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("cluster.h5"),
         help="output file; without --format, .h5/.hdf5 or .npz (default cluster.h5)",
     )
     b.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
@@ -149,9 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="quick-look figure of a cluster file")
     p.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
     p.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
-    p.add_argument(
-        "-o", "--output", type=_png_path, default=None, help="PNG to write (default: next to the file)"
-    )
+    p.add_argument("-o", "--output", type=_png_path, default=None, help="PNG to write (default: next to the file)")
     p.set_defaults(func=_cmd_plot)
 
     r = sub.add_parser("relax", help="relax a cluster towards its model density (SPH density loss)")
@@ -160,8 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=_non_negative_int, default=200, help="relaxation steps (default 200)")
     r.add_argument("--eta", type=float, default=1.2, help="smoothing length in local spacings (default 1.2)")
     r.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
-    r.add_argument("--plot", type=_png_path, default=None,
-                   help="PNG of the density error against radius before and after, and a projected slice")
+    r.add_argument(
+        "--plot",
+        type=_png_path,
+        default=None,
+        help="PNG of the density error against radius before and after, and a projected slice",
+    )
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     r.set_defaults(func=_cmd_relax)
 
@@ -177,13 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from . import __version__
 
     return __version__
 
 
 def _enable_float64() -> None:
-    import jax
 
     jax.config.update("jax_enable_x64", True)
 
@@ -191,62 +203,78 @@ def _enable_float64() -> None:
 # ------------------------------------------------------------------------ commands
 
 
+def _model_flags() -> dict[str, list]:
+    """Every model parameter's flag -> the models that take it (declared in
+    `progenax.models`: a new model's parameters become flags by themselves)."""
+    flags: dict[str, list] = {}
+    for cls in REGISTRY.values():
+        for p in cls.PARAMETERS:
+            flags.setdefault(p.name, []).append((cls, p))
+    return flags
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    for name, owners in sorted(_model_flags().items()):
+        each = []
+        for cls, p in sorted(owners, key=lambda owner: owner[0].NAME):
+            unit = f" {p.unit}" if p.unit else ""
+            default = "" if p.default is None else f", default {p.default}"
+            each.append(f"{cls.NAME}: {p.doc}, {p.support.describe()}{unit}{default}")
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=int if owners[0][1].static else float,
+            default=None,
+            help="; ".join(each),
+        )
+
+
 def _build(args: argparse.Namespace):
     """Build the cluster the `build` arguments describe."""
-    import jax
 
-    from . import builders
-
-    for flag, value, model in (("--gamma", args.gamma, "eff"), ("--r-t", args.r_t, "eff"), ("--W0", args.W0, "king")):
-        if value is not None and args.model != model:
-            raise UsageError(f"{flag} only applies to the {model} model")
+    model = REGISTRY[args.model]
+    takes = {p.name for p in model.PARAMETERS}
+    for name, owners in sorted(_model_flags().items()):
+        if getattr(args, name) is not None and name not in takes:
+            models = ", ".join(sorted(c.NAME for c, _ in owners))
+            raise UsageError(f"--{name.replace('_', '-')} only applies to the {models} model(s), not {args.model}")
     if args.imf == "salpeter" and args.alpha is not None:
         raise UsageError("--alpha sets the Kroupa high-mass slope; --imf salpeter has its fixed slope 2.35")
-    common: dict[str, Any] = {
-        "n": args.n,
-        "r_h": args.r_h,
-        "alpha": 2.3 if args.alpha is None else args.alpha,
-        "Q": (None if args.model == "king" else 0.5) if args.Q is None else args.Q,
-        "imf": args.imf,
-        "units": args.units,
-    }
-    key = jax.random.PRNGKey(args.seed)
-    if args.model == "plummer":
-        return builders.plummer_builder(key, **common)
-    if args.model == "king":
-        from . import king_builders
-
-        return king_builders.king_builder(key, W0=6.0 if args.W0 is None else args.W0, **common)
-    gamma = 3.0 if args.gamma is None else args.gamma
-    return builders.eff_builder(key, gamma=gamma, r_t=args.r_t, **common)
+    parameters = {name: getattr(args, name) for name in takes if getattr(args, name) is not None}
+    return model_builder(
+        jax.random.PRNGKey(args.seed),
+        model,
+        n=args.n,
+        alpha=2.3 if args.alpha is None else args.alpha,
+        Q=model.DEFAULT_Q if args.Q is None else args.Q,
+        imf=args.imf,
+        units=args.units,
+        **parameters,
+    )
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .io import summary_line, write
 
     path = args.output
     fmt = _checked_format(path, args.format)
     ic = _build(args)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write(ic, path, format=fmt)
-    print(f"{summary_line(ic)} -> {path}")
+    pio.write(ic, path, format=fmt)
+    print(f"{pio.summary_line(ic)} -> {path}")
     return EXIT_OK
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .io import format_summary, read
 
-    ic = read(args.path, format=args.format)
+    ic = pio.read(args.path, format=args.format)
     print(f"{'file':<17} {args.path}")
-    print(format_summary(ic))
+    print(pio.format_summary(ic))
     return EXIT_OK
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from .io import read
-    from .plotting import quicklook
 
-    ic = read(args.path, format=args.format)
+    ic = pio.read(args.path, format=args.format)
     out = args.output or args.path.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
     quicklook(ic, out)
@@ -255,20 +283,16 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_relax(args: argparse.Namespace) -> int:
-    from .io import read, summary_line, write
-    from .sph.relax import relax
 
     if args.eta <= 0:
         raise UsageError(f"--eta must be positive, got {args.eta}")
-    ic = read(args.path, format=args.format)
+    ic = pio.read(args.path, format=args.format)
     out_format = _checked_format(args.output, None)
     relaxed = relax(ic, steps=args.steps, eta=args.eta, progress=args.progress)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    write(relaxed, args.output, format=out_format)
-    print(f"{summary_line(relaxed)} -> {args.output}")
+    pio.write(relaxed, args.output, format=out_format)
+    print(f"{pio.summary_line(relaxed)} -> {args.output}")
     if args.plot is not None:
-        from .plotting import relax_before_after
-
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         relax_before_after(ic, relaxed, args.plot, eta=args.eta)
         print(f"wrote {args.plot}")
@@ -276,10 +300,9 @@ def _cmd_relax(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from .audit import format_table, run_audit
 
-    rows = list(run_audit())
-    print(format_table(rows))
+    rows = list(audit.run_audit())
+    print(audit.format_table(rows))
     failed = [row for row in rows if not row.passed]
     if failed:
         print(f"{len(failed)} of {len(rows)} audit checks failed", file=sys.stderr)
@@ -288,19 +311,14 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    import jax
-
-    from .builders import plummer_builder
-    from .io import format_summary, write
-    from .plotting import quicklook
 
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     ic = plummer_builder(jax.random.PRNGKey(args.seed), n=args.n, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa")
-    cluster = write(ic, out / "cluster.h5")
+    cluster = pio.write(ic, out / "cluster.h5")
     figure = quicklook(ic, out / "quicklook.png")
     print(f"Plummer cluster, Kroupa IMF (seed {args.seed})")
-    print(format_summary(ic))
+    print(pio.format_summary(ic))
     print()
     print(f"wrote {cluster}    (inspect with: progenax info {cluster})")
     print(f"wrote {figure}")
@@ -328,7 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as err:
         # A parameter that only a traced check can judge (r_h against r_t, say)
         # is reported by `equinox.error_if` at run time: still a bad argument.
-        import equinox as eqx
 
         if not isinstance(err, getattr(eqx, "EquinoxRuntimeError", ())):
             raise

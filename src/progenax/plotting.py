@@ -8,8 +8,7 @@ r"""Quick-look figure of a built cluster: where the stars are, how dense, how he
 2. the density profile $\rho(r)$ measured in logarithmic radial shells about the
    density centre (shrinking spheres; the centre of mass wanders with the few
    heaviest stars), with Poisson error bars, against the model's analytic profile
-   (Plummer, or EFF when `progenax.profiles.eff` is available; skipped for other
-   models);
+   (`ic.model.density`; skipped for models without one, fractal say);
 3. the mass function $dN/d\log_{10} m$ in logarithmic mass bins, with the IMF the
    cluster was drawn from over it when it was a power law.
 
@@ -26,6 +25,9 @@ from typing import Any
 import numpy as np
 
 from .diagnostics.centre import density_centre
+from .imf import PowerLawIMF
+from .models import NoAnalyticFormError
+from .sph.relax import adaptive_density, model_density, smoothing_lengths, tracer_masses
 
 _POINTS_MAX_N = 5_000
 """Up to this many stars panel 1 draws points; above it, a 2D histogram."""
@@ -44,14 +46,6 @@ def _numpy_cluster(ic) -> dict[str, Any]:
     return {"x": x - centre, "v": v, "m": m, "w": w, "mw": mw, "r": r}
 
 
-def _param(ic, name: str) -> float | None:
-    value = dict(ic.params).get(name)
-    if value is None or isinstance(value, str):
-        return None
-    a = np.asarray(value)
-    return float(a) if a.ndim == 0 else None
-
-
 def _half_mass_radius(r: np.ndarray, mw: np.ndarray) -> float:
     order = np.argsort(r)
     cum = np.cumsum(mw[order])
@@ -59,38 +53,29 @@ def _half_mass_radius(r: np.ndarray, mw: np.ndarray) -> float:
 
 
 def _analytic_density(ic, total_mass: float):
-    """A function r -> rho(r) (Msun / pc^3) for the model, or None if unknown."""
-    r_h = _param(ic, "r_h")
-    if r_h is None:
+    """A function r -> rho(r) (Msun / pc^3) from `ic.model`, with a label, or
+    (None, None) for a model without an analytic density."""
+    model = ic.model.prepared().with_mass(total_mass)
+    try:
+        model.density(np.zeros(()))
+    except NoAnalyticFormError:
         return None, None
-    if ic.model == "plummer":
-        from .profiles.plummer import plummer_density, plummer_scale_radius
+    return (lambda r: np.asarray(model.density(r))), model_label(model)
 
-        a = float(plummer_scale_radius(r_h))
-        return (lambda r: np.asarray(plummer_density(r, total_mass, a))), f"Plummer, a = {a:.3g} pc"
-    if ic.model == "eff":
-        try:
-            from .profiles.eff import eff_density, eff_scale_radius
-        except ImportError:
-            return None, None
-        gamma = _param(ic, "gamma")
-        if gamma is None:
-            return None, None
-        r_t = _param(ic, "r_t")
-        if r_t is not None and not np.isfinite(r_t):
-            r_t = None  # an untruncated model recorded as r_t = inf
-        a = float(eff_scale_radius(r_h, gamma, r_t))
-        label = f"EFF, $\\gamma$ = {gamma:.3g}, a = {a:.3g} pc"
-        if r_t is not None:
-            label += f", $r_t$ = {r_t:.3g} pc"
-        return (lambda r: np.asarray(eff_density(r, gamma, a, total_mass, r_t))), label
-    return None, None
+
+def model_label(model) -> str:
+    """ "plummer, r_h = 1 pc": the model's name and its scalar parameters with units."""
+    parts = [model.name]
+    for p in model.PARAMETERS:
+        value = None if p.static else getattr(model, p.name, None)
+        if value is not None and np.ndim(value) == 0:
+            parts.append(f"{p.name} = {float(value):.3g}" + (f" {p.unit}" if p.unit else ""))
+    return ", ".join(parts)
 
 
 def _imf_of(ic):
     """The power-law IMF the builder recorded (`imf_breaks`, `imf_slopes`), with a
     label, or (None, None) when there is none (equal masses, unknown origin)."""
-    from .imf import PowerLawIMF
 
     params = dict(ic.params)
     breaks, slopes = params.get("imf_breaks"), params.get("imf_slopes")
@@ -102,7 +87,7 @@ def _imf_of(ic):
 
 
 def _panel_positions(ax, c: dict[str, Any], r_h: float) -> None:
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import LogNorm  # matplotlib only when a figure is drawn (start-up time)
 
     lim = 4.0 * r_h
     x, y = c["x"][:, 0], c["x"][:, 1]
@@ -191,8 +176,14 @@ def _panel_mass_function(ax, ic, c: dict[str, Any], imf) -> None:
     keep = raw > 0
     dndlog = count[keep] / dlog[keep]
     ax.errorbar(
-        centres[keep], dndlog, yerr=dndlog / np.sqrt(raw[keep]), fmt="o", ms=3.5, color="C0",
-        capsize=0, label="sampled",
+        centres[keep],
+        dndlog,
+        yerr=dndlog / np.sqrt(raw[keep]),
+        fmt="o",
+        ms=3.5,
+        color="C0",
+        capsize=0,
+        label="sampled",
     )
     imf, label = (imf, "IMF") if imf is not None else _imf_of(ic)
     if imf is not None:
@@ -221,7 +212,7 @@ def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
       fits the masses (Kolmogorov-Smirnov test); equal masses draw a line.
     - `dpi`: resolution of the PNG.
     """
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib only when a figure is drawn (start-up time)
 
     path = Path(path)
     c = _numpy_cluster(ic)
@@ -237,10 +228,7 @@ def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
         for k, v in dict(ic.params).items()
         if not isinstance(v, str) and np.asarray(v).ndim == 0
     )
-    fig.suptitle(
-        f"{ic.model}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$"
-        + (f"   ({params})" if params else "")
-    )
+    fig.suptitle(f"{ic.model.name}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$" + (f"   ({params})" if params else ""))
     fig.savefig(path, dpi=dpi, format="png")
     return path
 
@@ -253,10 +241,7 @@ def relax_before_after(before, after, path: str | os.PathLike, *, eta: float = 1
     before and after. Middle and right: a projected slice ($|z| < r_h / 4$)
     of the positions before and after. Both clusters in physical units.
     """
-    import jax.numpy as jnp
-    from matplotlib.figure import Figure
-
-    from .sph.relax import adaptive_density, model_density, smoothing_lengths, tracer_masses
+    from matplotlib.figure import Figure  # matplotlib only when a figure is drawn (start-up time)
 
     path = Path(path)
     before, after = before.to_physical(), after.to_physical()
@@ -292,8 +277,14 @@ def relax_before_after(before, after, path: str | os.PathLike, *, eta: float = 1
         x = np.asarray(ic.state.positions)
         sel = (np.abs(x[:, 2]) < r_h / 4) & (np.abs(x[:, 0]) < 2 * r_h) & (np.abs(x[:, 1]) < 2 * r_h)
         ax.scatter(x[sel, 0], x[sel, 1], s=1, color="k", alpha=0.6, linewidths=0)
-        ax.set(aspect="equal", xlim=(-2 * r_h, 2 * r_h), ylim=(-2 * r_h, 2 * r_h), xlabel="x [pc]", ylabel="y [pc]",
-               title=f"{label}: slice |z| < r_h/4 ({int(sel.sum())} stars)")
-    fig.suptitle(f"{before.model}: N = {before.n}, relaxation")
+        ax.set(
+            aspect="equal",
+            xlim=(-2 * r_h, 2 * r_h),
+            ylim=(-2 * r_h, 2 * r_h),
+            xlabel="x [pc]",
+            ylabel="y [pc]",
+            title=f"{label}: slice |z| < r_h/4 ({int(sel.sum())} stars)",
+        )
+    fig.suptitle(f"{before.model.name}: N = {before.n}, relaxation")
     fig.savefig(path, dpi=dpi, format="png")
     return path

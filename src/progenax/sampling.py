@@ -17,7 +17,7 @@ outside autodiff, and the forward pass pays nothing for the gradient).
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,13 @@ def safe_divide(num: Array, den: Array) -> Array:
     """num / den, with 0 where den == 0 (double-where: no NaN in gradients)."""
     ok = den != 0
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
+
+
+def safe_norm(x: Array, axis: int = -1) -> Array:
+    """|x| along `axis`, 0 (with a zero gradient, never NaN) where x = 0 (double where)."""
+    r2 = jnp.sum(x * x, axis=axis)
+    pos = r2 > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, r2, 1.0)), 0.0)
 
 
 def solve_increasing(
@@ -189,9 +196,7 @@ def inverse_cdf_from_quantiles(
     f_lo = k.astype(u.dtype) / size
     lo, hi = table[k], table[k + 1]
     x0 = None if guess is None else guess(k, u * size - k, lo, hi)
-    return solve_increasing(
-        cdf, u, lo, hi, num_steps=num_steps, F_lo=f_lo, F_hi=f_lo + 1.0 / size, x0=x0
-    )
+    return solve_increasing(cdf, u, lo, hi, num_steps=num_steps, F_lo=f_lo, F_hi=f_lo + 1.0 / size, x0=x0)
 
 
 def uniform_open(key: Array, shape: tuple[int, ...], dtype=None) -> Array:

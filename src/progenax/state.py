@@ -6,6 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from ._types import Masses, Positions, Scalar, Velocities, Weights
+from .diagnostics.energy import potential_energy
 from .models import AbstractClusterModel, model_from_record
 from .units import Units, henon_units, physical_units
 
@@ -37,7 +38,9 @@ class InitialConditions(eqx.Module):
       truncation, say) lowers them. Consumers weight each star by it.
     - `model`: the model it was drawn from (`progenax.models`), a pytree whose
       `name` is e.g. "plummer"; ask it for the density, potential or velocities.
-      It describes the cluster in physical units (pc, Msun, km/s) whatever `units`.
+      It describes the cluster in physical units (pc, Msun, km/s) whatever `units`;
+      a name given to the constructor is rebuilt with the `params`
+      (`progenax.models.model_from_record`: a `RecordedModel` where it cannot be).
     - `params`: the parameters used, name -> value (differentiable leaves):
       the model's, the IMF's, Q and the modifiers'.
     - `units`: the `Units` the state is expressed in.
@@ -53,20 +56,23 @@ class InitialConditions(eqx.Module):
     def n(self) -> int:
         return self.state.n
 
+    def __post_init__(self):
+        if isinstance(self.model, str):  # a name: the model rebuilt from it and the params
+            total_mass = jnp.sum(self.state.masses) * self.units.mass_msun
+            self.model = model_from_record(self.model, self.params, total_mass)
+
     @classmethod
-    def from_record(cls, state: ParticleState, weights, name: str, params: dict, units: Units) -> "InitialConditions":
+    def from_record(cls, state: ParticleState, weights, name: str, params: dict, units: Units) -> InitialConditions:
         """A cluster read from a file: the model rebuilt from its recorded name and
         parameters (`progenax.models.model_from_record`), in physical units."""
-        total_mass = jnp.sum(state.masses) * units.mass_msun
-        return cls(state, weights, model_from_record(name, params, total_mass), params, units)
+        return cls(state, weights, name, params, units)
 
-    def to_henon(self) -> "InitialConditions":
+    def to_henon(self) -> InitialConditions:
         """Convert to Henon units: G = M = 1, length unit the virial radius.
 
         The virial radius r_v = G M^2 / (2|W|) uses the weighted masses and the
         potential energy from `progenax.diagnostics.potential_energy`.
         """
-        from .diagnostics.energy import potential_energy
 
         if self.units.name == "henon":
             return self
@@ -78,7 +84,7 @@ class InitialConditions(eqx.Module):
         r_v = phys.units.G * mtot**2 / (2.0 * jnp.abs(w))
         return _rescale(phys, henon_units(mtot, r_v))
 
-    def to_physical(self) -> "InitialConditions":
+    def to_physical(self) -> InitialConditions:
         """Convert to physical units (pc, Msun, km/s)."""
         if self.units.name == "physical":
             return self

@@ -29,7 +29,9 @@ def test_exact_potential_gradient():
     g = jax.grad(lambda x: potential_energy(x, m, G=1.0, method="exact", block_size=16))(x)
     h = 1e-6
     e = jnp.zeros_like(x).at[3, 1].set(h)
-    fd = (potential_energy(x + e, m, G=1.0, method="exact") - potential_energy(x - e, m, G=1.0, method="exact")) / (2 * h)
+    fd = (potential_energy(x + e, m, G=1.0, method="exact") - potential_energy(x - e, m, G=1.0, method="exact")) / (
+        2 * h
+    )
     np.testing.assert_allclose(g[3, 1], fd, rtol=1e-7)
 
 
@@ -64,7 +66,7 @@ MESH_RTOL = 3e-3
 
 
 def _fractal_star_field(n, seed=2):
-    from progenax.fractal import fractal_builder
+    from progenax import fractal_builder
 
     ic = fractal_builder(jax.random.PRNGKey(seed), n=n, D=1.6)
     return ic.state.positions, ic.state.masses
@@ -92,6 +94,7 @@ def test_mesh_matches_exact_small(model, small_fractal):
 
 def test_mesh_gradient(small_fractal):
     x, m = small_fractal
+
     def mesh(x, m):
         return potential_energy(x, m, G=1.0, method="mesh")
 

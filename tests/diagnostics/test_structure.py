@@ -14,7 +14,7 @@ from progenax.diagnostics.structure import (
     q_parameter,
     q_parameter_knn,
 )
-from progenax.fractal import box_fractal
+from progenax.structure.fractal import box_fractal
 
 N = 1000
 KEYS = 20

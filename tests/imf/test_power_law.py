@@ -47,8 +47,10 @@ def test_special_slopes_are_continuous_and_differentiable(slope):
     g = jax.grad(lambda a: jnp.sum(imf(a).icdf(u)) + imf(a).mean_mass())(slope)
     h = 1e-5
     fd = (
-        jnp.sum(imf(slope + h).icdf(u)) + imf(slope + h).mean_mass()
-        - jnp.sum(imf(slope - h).icdf(u)) - imf(slope - h).mean_mass()
+        jnp.sum(imf(slope + h).icdf(u))
+        + imf(slope + h).mean_mass()
+        - jnp.sum(imf(slope - h).icdf(u))
+        - imf(slope - h).mean_mass()
     ) / (2 * h)
     assert np.isfinite(g)
     np.testing.assert_allclose(g, fd, rtol=1e-6)

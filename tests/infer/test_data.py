@@ -6,8 +6,8 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC, NUTS
 
-from progenax.infer import ObservedCluster, init_to_data, observe, plummer_model
 from progenax.builders import plummer_builder
+from progenax.infer import ObservedCluster, init_to_data, observe, plummer_model
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +137,10 @@ def test_king_model_refuses_bad_data_before_sampling(arrays):
 
     x, v, m = arrays
     with pytest.raises(ValueError, match="Kroupa IMF range"):
-        MCMC(NUTS(king_model, init_strategy=init_to_data()), num_warmup=2, num_samples=2,
-             progress_bar=False).run(jax.random.PRNGKey(0), ObservedCluster(x, v, m * 200))
+        MCMC(NUTS(king_model, init_strategy=init_to_data()), num_warmup=2, num_samples=2, progress_bar=False).run(
+            jax.random.PRNGKey(0), ObservedCluster(x, v, m * 200)
+        )
     with pytest.raises(NotImplementedError, match="3D positions"):
-        MCMC(NUTS(king_model, init_strategy=init_to_data()), num_warmup=2, num_samples=2,
-             progress_bar=False).run(jax.random.PRNGKey(0), ObservedCluster(x[:, :2], v, m))
+        MCMC(NUTS(king_model, init_strategy=init_to_data()), num_warmup=2, num_samples=2, progress_bar=False).run(
+            jax.random.PRNGKey(0), ObservedCluster(x[:, :2], v, m)
+        )

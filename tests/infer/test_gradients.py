@@ -15,9 +15,7 @@ def data3d():
 
 def _check(data, ndim):
     def f(p):
-        return plummer_log_likelihood(
-            data, p[0], p[1], p[2], centre=p[3:3 + ndim], bulk_velocity=p[3 + ndim:]
-        )
+        return plummer_log_likelihood(data, p[0], p[1], p[2], centre=p[3 : 3 + ndim], bulk_velocity=p[3 + ndim :])
 
     f = jax.jit(f)
     p0 = jnp.concatenate([jnp.array([1.05, 2.2, 0.55]), jnp.full(ndim, 0.01), jnp.full(3, 0.02)])

@@ -70,8 +70,15 @@ def test_gradient_matches_finite_differences(data):
     start = king_initial_values(data, None, G_PHYSICAL)
 
     def f(p):
-        return king_log_likelihood(data, p[0], p[1], p[2], p[3], centre=start["centre"] + p[4:7],
-                                   bulk_velocity=start["bulk_velocity"] + p[7:10])
+        return king_log_likelihood(
+            data,
+            p[0],
+            p[1],
+            p[2],
+            p[3],
+            centre=start["centre"] + p[4:7],
+            bulk_velocity=start["bulk_velocity"] + p[7:10],
+        )
 
     f = jax.jit(f)
     p0 = jnp.concatenate([jnp.array([start["r_h"], 2.2, start["Q"], start["W0"]]), jnp.zeros(6)])
@@ -89,8 +96,9 @@ def test_gradient_matches_finite_differences(data):
 @pytest.mark.slow
 def test_data_derived_start_is_feasible_and_close(data):
     start = king_initial_values(data, None, G_PHYSICAL)
-    log_l = king_log_likelihood(data, start["r_h"], 2.3, start["Q"], start["W0"], centre=start["centre"],
-                                bulk_velocity=start["bulk_velocity"])
+    log_l = king_log_likelihood(
+        data, start["r_h"], 2.3, start["Q"], start["W0"], centre=start["centre"], bulk_velocity=start["bulk_velocity"]
+    )
     assert np.isfinite(float(log_l))
     # The median radius estimates r_h to ~ 2/sqrt(150) ~ 16 % (1-sigma ~ 8 %): 30 % margin.
     assert abs(float(start["r_h"]) - 1.0) < 0.3

@@ -9,7 +9,7 @@ from numpyro.infer.util import log_density
 from scipy import stats
 
 from progenax.infer import king_model, simulate_king
-from progenax.infer.king import _site_above_wall
+from progenax.infer.framework import site_above_wall
 
 # Composite Gauss-Legendre on u in [-60, 60]: the integrands fall as e^-|u| (the
 # sigmoid map) or faster (e^u below, exp(-e^u) above for the exp map), so the
@@ -22,7 +22,7 @@ W_U = (_WEIGHTS * _HALF).ravel()
 
 
 def _wall_model(prior, wall):
-    _site_above_wall("x", prior, jnp.asarray(wall), jnp.asarray(wall + 0.1))
+    site_above_wall("x", prior, jnp.asarray(wall), jnp.asarray(wall + 0.1))
 
 
 def _log_density_and_value(prior, wall, u):
@@ -76,11 +76,16 @@ def test_unsupported_prior_support_is_refused():
 def test_reparametrized_king_model_is_the_same_posterior():
     """log p_reparam(u) = log p_plain(theta(u)) + log|d theta / d u| at points off the start."""
     data = simulate_king(4, n=150, r_h=1.0, alpha=2.3, Q=0.5, W0=6.0)
-    base = {"alpha": 2.25, "W0": 5.5, "centre": jnp.array([0.02, -0.01, 0.03]),
-            "bulk_velocity": jnp.array([0.01, 0.0, -0.02])}
+    base = {
+        "alpha": 2.25,
+        "W0": 5.5,
+        "centre": jnp.array([0.02, -0.01, 0.03]),
+        "bulk_velocity": jnp.array([0.01, 0.0, -0.02]),
+    }
     # Points off the start, feasible under the prior (a smaller r_h puts the outermost
     # stars so near r_t that no Q <= 1 binds them: -inf in both parametrizations).
     for u_r, u_q in [(-4.0, -2.0), (-3.0, -3.5), (-2.5, -1.0)]:
+
         def reparam(u):
             params = dict(base, r_h_unconstrained=u[0], Q_unconstrained=u[1])
             log_p, trace = log_density(king_model, (data,), {}, params)

@@ -61,8 +61,12 @@ def test_projected_density_is_normalised():
 @pytest.mark.parametrize("r", [0.0, 0.3, 2.5])
 def test_velocity_density_is_normalised(r):
     w = np.sqrt(2 * Q * 2 * G_PHYSICAL * M / np.sqrt(r**2 + A**2))
-    f = lambda v: 4 * np.pi * v**2 * np.exp(
-        np.asarray(plummer_velocity_logpdf(_radial(v, 3), jnp.full(v.shape, r), A, M, Q, G_PHYSICAL)))
+    f = lambda v: (
+        4
+        * np.pi
+        * v**2
+        * np.exp(np.asarray(plummer_velocity_logpdf(_radial(v, 3), jnp.full(v.shape, r), A, M, Q, G_PHYSICAL)))
+    )
     assert abs(_quad(f, 0.0, w) - 1.0) < TOL
     # Beyond the edge speed the density is exactly zero (log -inf), never NaN.
     outside = plummer_velocity_logpdf(_radial(1.01 * w, 3), np.array([r]), A, M, Q, G_PHYSICAL)
@@ -71,7 +75,9 @@ def test_velocity_density_is_normalised(r):
 
 @pytest.mark.parametrize("u", [0.0, 0.2, 0.7, 0.97])
 def test_depth_integral_matches_quadrature(u):
-    ref, _ = integrate.quad(lambda t: 2 * (np.cos(t) - u) ** 3.5 / np.cos(t) ** 2, 0, np.arccos(u), epsabs=1e-15, epsrel=1e-13, limit=200)
+    ref, _ = integrate.quad(
+        lambda t: 2 * (np.cos(t) - u) ** 3.5 / np.cos(t) ** 2, 0, np.arccos(u), epsabs=1e-15, epsrel=1e-13, limit=200
+    )
     # 32 Gauss-Legendre nodes on the smoothed integrand: the docstring promises 1e-12.
     assert abs(float(depth_integral(u)) - ref) < 1e-12 * max(ref, 1e-3)
 
@@ -81,8 +87,12 @@ def test_projected_velocity_density_integrates_to_surface_density(R):
     """Integrating p(R, v) over all velocities gives the surface density p(R)."""
     w0 = np.sqrt(4 * Q * G_PHYSICAL * M / np.sqrt(R**2 + A**2))
     pos = _radial(R, 2)
-    f = lambda v: 4 * np.pi * v**2 * np.exp(
-        np.asarray(plummer_projected_velocity_logpdf(pos, _radial(v, 3), A, M, Q, G_PHYSICAL)))
+    f = lambda v: (
+        4
+        * np.pi
+        * v**2
+        * np.exp(np.asarray(plummer_projected_velocity_logpdf(pos, _radial(v, 3), A, M, Q, G_PHYSICAL)))
+    )
     total = _quad(f, 0.0, w0)
     expected = np.exp(float(plummer_projected_logpdf(pos, A)[0]))
     assert abs(total / expected - 1.0) < 1e-7

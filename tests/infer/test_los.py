@@ -86,5 +86,7 @@ def test_projected_los_density_matches_depth_integral(R, error):
 
     ref = 2 * integrate.quad(integrand, 0, np.inf, epsabs=0.0, epsrel=1e-10, limit=400)[0]
     err = None if error is None else jnp.array([error])
-    got = np.exp(float(plummer_projected_los_logpdf(np.array([[R, 0.0]]), jnp.array([vz]), A, M, Q, G_PHYSICAL, err)[0]))
+    got = np.exp(
+        float(plummer_projected_los_logpdf(np.array([[R, 0.0]]), jnp.array([vz]), A, M, Q, G_PHYSICAL, err)[0])
+    )
     assert abs(got / ref - 1.0) < 1e-6, (got, ref)

@@ -83,11 +83,11 @@ def test_model_summaries_depend_on_each_parameter(mock):
 def test_argument_errors(data):
     """Checked before any simulation or compilation (fast)."""
     with pytest.raises(ValueError, match="model must be one of"):
-        mock_likelihood(data, "eff")
+        mock_likelihood(data, "no-such-model", key=0)
     with pytest.raises(ValueError, match="n_sph must be <= n_model"):
-        mock_likelihood(data, n_model=100, n_sph=200)
+        mock_likelihood(data, key=0, n_model=100, n_sph=200)
     with pytest.raises(ValueError, match="num_covariance"):
-        mock_likelihood(data, num_covariance=3)
+        mock_likelihood(data, key=0, num_covariance=3)
     from numpyro.infer.util import initialize_model
 
     with pytest.raises(ValueError, match="likelihood='mock' needs"):

@@ -84,7 +84,7 @@ def test_write_and_read_back(fake_amuse, tmp_path, dtype, units):
     path = pio.write(ic, tmp_path / "cluster.amuse", format="amuse")
     pio.write(ic, path, format="amuse")  # an existing file is overwritten
     back = pio.read(path, format="amuse")
-    assert isinstance(back, InitialConditions) and back.model == "plummer" and back.units.name == units
+    assert isinstance(back, InitialConditions) and back.model.name == "plummer" and back.units.name == units
     # Bit for bit in float64, though the fake stores units with 12 digits as AMUSE does.
     for a, b in [
         (back.state.positions, ic.state.positions),
@@ -105,7 +105,7 @@ def test_gas_gets_u_and_h_smooth(fake_amuse, tmp_path, dtype):
     _same(p.u.value_in(units.kms**2), gas.internal_energy)
     _same(p.h_smooth.value_in(units.parsec), gas.smoothing_length)
     back = pio.read(pio.write(gas, tmp_path / "gas.amuse", format="amuse"), format="amuse")
-    assert isinstance(back, GasCloud) and back.model == "gravoturb_gas" and back.field is None
+    assert isinstance(back, GasCloud) and back.model.name == "gravoturb_gas" and back.field is None
     _same(back.internal_energy, gas.internal_energy)
     _same(back.smoothing_length, gas.smoothing_length)
     _same(back.state.positions, gas.state.positions)
@@ -137,7 +137,7 @@ def test_nbody_file_without_scales_is_refused(fake_amuse, tmp_path):
 def test_cli_build(fake_amuse, tmp_path, capsys, monkeypatch):
     # Building a real cluster is tested in tests/test_cli.py; here a hand-made one keeps this fast.
     monkeypatch.setattr(cli, "_build", lambda args: _ic(n=args.n))
-    monkeypatch.setattr(pio, "summary_line", lambda ic: f"{ic.model} n={ic.n}")
+    monkeypatch.setattr(pio, "summary_line", lambda ic: f"{ic.model.name} n={ic.n}")
     path = tmp_path / "c.amuse"
     assert cli.main(["build", "plummer", "--n", "64", "--format", "amuse", "-o", str(path)]) == 0
     assert "-> " in capsys.readouterr().out

@@ -81,7 +81,7 @@ def test_gadget_layout(tmp_path, fmt):
 def test_gadget_round_trip_exact(tmp_path):
     ic = _make_ic()
     back = pio.read(pio.write(ic, tmp_path / "snap.hdf5", format="gadget"), format="gadget")
-    assert back.units.name == "physical" and back.model == "plummer"
+    assert back.units.name == "physical" and back.model.name == "plummer"
     np.testing.assert_array_equal(np.asarray(back.state.positions), np.asarray(ic.state.positions))
     np.testing.assert_array_equal(np.asarray(back.state.velocities), np.asarray(ic.state.velocities))
     np.testing.assert_array_equal(np.asarray(back.state.masses), np.asarray(ic.state.masses))
@@ -120,7 +120,7 @@ def test_gadget_float32_and_foreign_file(tmp_path):
         del f["progenax"]
         f["Units"].attrs["Unit length in cgs (U_L)"] = 1e3 * gio.U_L_CGS
     back = gio.read_gadget(path)
-    assert back.model == "gadget"
+    assert back.model.name == "gadget"
     np.testing.assert_allclose(np.asarray(back.state.positions), 1e3 * np.asarray(ic32.state.positions), rtol=1e-6)
 
 
@@ -160,7 +160,7 @@ def test_nbody6_table_round_trip(tmp_path):
     assert meta["nbody6"]["ZMBAR"] == pytest.approx(float(h.units.mass_msun) / 50)
 
     back = pio.read(path, format="petar")
-    assert back.units.name == "henon" and back.model == "plummer"
+    assert back.units.name == "henon" and back.model.name == "plummer"
     np.testing.assert_array_equal(np.asarray(back.state.positions), np.asarray(h.state.positions))
     for name in ("length_pc", "mass_msun", "velocity_kms"):
         assert float(getattr(back.units, name)) == float(getattr(h.units, name))
@@ -176,7 +176,7 @@ def test_nbody6_without_sidecar(tmp_path):
     with pytest.raises(ValueError, match="length_pc"):
         nio.read_nbody6(path)
     back = nio.read_nbody6(path, length_pc=2.0, mass_msun=500.0)
-    assert float(back.units.length_pc) == 2.0 and back.model == "nbody6"
+    assert float(back.units.length_pc) == 2.0 and back.model.name == "nbody6"
     assert float(back.units.G) == pytest.approx(1.0, rel=1e-14)
 
 
@@ -244,7 +244,7 @@ def test_default_format_is_still_the_native_schema(tmp_path):
     path = pio.write(ic, tmp_path / "cluster.h5")
     with h5py.File(path, "r") as f:
         assert f.attrs["schema"] == "progenax-ic" and "Header" not in f
-    assert pio.read(path).model == "plummer"
+    assert pio.read(path).model.name == "plummer"
     # An explicit native format ignores the extension.
     back = pio.read(pio.write(ic, tmp_path / "cluster.bin", format="npz"), format="npz")
     np.testing.assert_array_equal(np.asarray(back.state.positions), np.asarray(ic.state.positions))

@@ -51,7 +51,7 @@ def test_gas_is_written_as_parttype0_and_read_back(tmp_path, dtype):
         assert g["InternalEnergy"].dtype == dtype and g["SmoothingLength"].shape == (gas.n,)
         np.testing.assert_array_equal(g["ParticleIDs"][()], np.arange(1, gas.n + 1))
     back = pio.read(path, format="gadget")
-    assert isinstance(back, GasCloud) and back.model == "gravoturb_gas" and back.field is None
+    assert isinstance(back, GasCloud) and back.model.name == "gravoturb_gas" and back.field is None
     for a, b in [
         (back.state.positions, gas.state.positions),
         (back.state.velocities, gas.state.velocities),
@@ -73,8 +73,8 @@ def test_stars_and_gas_in_one_snapshot(tmp_path):
         gio.read_gadget(path)
     back_gas = gio.read_gadget(path, particle_type=0)
     back_stars = gio.read_gadget(path, particle_type=4)
-    assert isinstance(back_gas, GasCloud) and back_gas.model == "gravoturb_gas"
-    assert isinstance(back_stars, InitialConditions) and back_stars.model == "gravoturb"
+    assert isinstance(back_gas, GasCloud) and back_gas.model.name == "gravoturb_gas"
+    assert isinstance(back_stars, InitialConditions) and back_stars.model.name == "gravoturb"
     np.testing.assert_array_equal(np.asarray(back_stars.state.masses), np.asarray(stars.state.masses))
     np.testing.assert_array_equal(np.asarray(back_gas.smoothing_length), np.asarray(gas.smoothing_length))
 
@@ -92,4 +92,4 @@ def test_stars_written_as_parttype0_stay_stars(tmp_path):
     """A stars-only file with particle_type=0 (no gas datasets) still reads as InitialConditions."""
     path = gio.write_gadget(_stars(), tmp_path / "s.hdf5", particle_type=0)
     back = gio.read_gadget(path)
-    assert isinstance(back, InitialConditions) and back.model == "gravoturb"
+    assert isinstance(back, InitialConditions) and back.model.name == "gravoturb"

@@ -41,10 +41,14 @@ def _make_ic(dtype, n=257, units="physical", seed=0):
 
 
 def _assert_identical(a, b):
-    assert a.model == b.model
+    # The model is rebuilt from its name and parameters on reading (a hand-made
+    # cluster's bare name stays a RecordedModel); what the file stores must
+    # come back bit for bit.
+    assert a.model.name == b.model.name
     assert a.units.name == b.units.name
-    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
-    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+    stored = lambda c: (c.state, c.weights, c.params, c.units)  # noqa: E731
+    leaves_a, tree_a = jax.tree_util.tree_flatten(stored(a))
+    leaves_b, tree_b = jax.tree_util.tree_flatten(stored(b))
     assert tree_a == tree_b
     for la, lb in zip(leaves_a, leaves_b):
         la, lb = np.asarray(la), np.asarray(lb)
@@ -74,7 +78,7 @@ def test_round_trip_with_str_path_and_string_parameter(tmp_path, name):
     pio.write(ic, str(tmp_path / name))
     back = pio.read(str(tmp_path / name))
     _assert_identical(ic, back)
-    assert back.model == "eff"
+    assert back.model.name == "eff"
 
 
 def test_hdf5_schema(tmp_path):

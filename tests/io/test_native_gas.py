@@ -33,7 +33,7 @@ def _gas(n=43, seed=3, dtype=np.float64):
 def test_gas_round_trips_bit_for_bit(tmp_path, dtype, name):
     gas = _gas(dtype=dtype)
     back = pio.read(pio.write(gas, tmp_path / name))
-    assert isinstance(back, GasCloud) and back.model == "gravoturb_gas" and back.field is None
+    assert isinstance(back, GasCloud) and back.model.name == "gravoturb_gas" and back.field is None
     assert back.units.name == "physical"
     for a, b in [
         (back.state.positions, gas.state.positions),

@@ -21,7 +21,6 @@ from progenax.sampling import uniform_open
 jax.config.update("jax_enable_x64", True)  # also done by tests/conftest.py
 
 
-
 def padded(f):
     """jit(f) on radii padded to a multiple of 256: one compile per call structure
     (r_t given or not; parameters are traced), whatever the number of radii."""

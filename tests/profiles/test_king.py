@@ -49,7 +49,6 @@ def summary_grad_g(W0, g):
     return summary_both(W0, g)[1][1]
 
 
-
 def _scipy_solve(rho, W0):
     """DOP853 (rtol 1e-12) solution of Poisson's equation in King units for a
     density rho(W, r): r_t, M_t = 4 pi int rho r^2 dr and r_h."""
@@ -66,8 +65,14 @@ def _scipy_solve(rho, W0):
     edge.terminal = True
     r1 = 1e-6
     sol = integrate.solve_ivp(
-        rhs, (r1, 1e7), [W0 - 1.5 * r1**2, -3.0 * r1], method="DOP853",
-        rtol=1e-12, atol=1e-14, events=edge, dense_output=True,
+        rhs,
+        (r1, 1e7),
+        [W0 - 1.5 * r1**2, -3.0 * r1],
+        method="DOP853",
+        rtol=1e-12,
+        atol=1e-14,
+        events=edge,
+        dense_output=True,
     )
     r_t = sol.t_events[0][0]
     mass = lambda r: -4.0 * np.pi / 9.0 * r**2 * sol.sol(r)[1]  # noqa: E731
@@ -95,7 +100,9 @@ def test_king_concentration_published(W0, c_pub):
     assert abs(float(p.c) - c_pub) <= 0.005 + 0.003 * c_pub
 
 
-@pytest.mark.parametrize("W0,g", [(0.5, 1.0), (3.0, 0.0), (6.0, 1.0), (9.0, 1.0), (9.0, 2.0), (12.0, 0.5), (5.0, 2.5), (3.0, 3.0)])
+@pytest.mark.parametrize(
+    "W0,g", [(0.5, 1.0), (3.0, 0.0), (6.0, 1.0), (9.0, 1.0), (9.0, 2.0), (12.0, 0.5), (5.0, 2.5), (3.0, 3.0)]
+)
 def test_against_scipy_reference(W0, g):
     p = solve(W0, g)
     r_t, M_t, r_h = reference_king(W0, g)
@@ -403,7 +410,7 @@ def test_beta_profile_structure():
     # Back towards isotropy at the edge: beta falls past its maximum, and at
     # W -> 0 (every speed -> 0, so the J-factor -> 1) it vanishes.
     b_in = beta[inside]
-    assert np.all(np.diff(b_in[np.argmax(b_in):]) < 0) and b_in[-1] < 0.6 * b_in.max()
+    assert np.all(np.diff(b_in[np.argmax(b_in) :]) < 0) and b_in[-1] < 0.6 * b_in.max()
     from progenax.kinematics.king_df import anisotropic_moments
 
     _, rho_r, rho_t = anisotropic_moments(1e-9, 1.0, (float(p.r_t) / 3.0) ** 2)

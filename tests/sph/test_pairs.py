@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from progenax.sph.kernels import get_kernel
-from progenax.sph.pairs import build_bands, pair_sum
-from progenax.sph.pairs import safe_distance
+from progenax.sph.pairs import build_bands, pair_sum, safe_distance
 from progenax.sph.relax import _density_pair, _loss_gradient_features, _loss_gradient_pair
 
 CUBIC = get_kernel("cubic")
@@ -39,8 +38,9 @@ def _banded_density(x, m, h, box=None):
 def _banded_direction(x, m, h, e, box=None):
     """The relaxation step's direction: the gather form of dL/dx at fixed h."""
     bands = build_bands(x, 2.0 * h, box=box, n_bands=4)
-    return pair_sum(_loss_gradient_pair("cubic", x.shape[1]), bands, _loss_gradient_features("cubic", x, m, h, e),
-                    x.shape[1])
+    return pair_sum(
+        _loss_gradient_pair("cubic", x.shape[1]), bands, _loss_gradient_features("cubic", x, m, h, e), x.shape[1]
+    )
 
 
 def _action_reaction_pair(a_i, a_j, dx):
@@ -63,8 +63,9 @@ def _brute_gather_direction(x, m, h, e):
     dx = x[:, None, :] - x[None, :, :]
     r2 = jnp.sum(dx * dx, -1)
     r = jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
-    coef = (e[:, None] * m[None, :] * CUBIC.gradient_factor(r, h[:, None], dim)
-            + e[None, :] * m[:, None] * CUBIC.gradient_factor(r, h[None, :], dim))
+    coef = e[:, None] * m[None, :] * CUBIC.gradient_factor(r, h[:, None], dim) + e[None, :] * m[
+        :, None
+    ] * CUBIC.gradient_factor(r, h[None, :], dim)
     coef = jnp.where(r < 2.0 * h[:, None], coef, 0.0)
     return jnp.sum(coef[:, :, None] * dx, axis=1)
 
@@ -151,16 +152,18 @@ def test_gather_direction_equals_brute_force_and_is_the_gradient_at_uniform_h():
     np.testing.assert_allclose(_banded_direction(x, m, h, e), want, rtol=1e-10, atol=1e-12 * scale)
     h_one = jnp.full_like(h, float(jnp.median(h)))
     exact = jax.grad(lambda x: jnp.sum(e * _brute_density(x, m, h_one)))(x)
-    np.testing.assert_allclose(_banded_direction(x, m, h_one, e), exact, rtol=1e-9,
-                               atol=1e-11 * float(jnp.max(jnp.abs(exact))))
+    np.testing.assert_allclose(
+        _banded_direction(x, m, h_one, e), exact, rtol=1e-9, atol=1e-11 * float(jnp.max(jnp.abs(exact)))
+    )
 
 
 def test_scatter_pass_is_the_exact_gradient_for_any_h():
     x, m, h = _clustered(200, 3, seed=6)
     e = jax.random.normal(jax.random.PRNGKey(3), (200,))
     exact = jax.grad(lambda x: jnp.sum(e * _brute_density(x, m, h)))(x)
-    np.testing.assert_allclose(_scatter_direction(x, m, h, e), exact, rtol=1e-9,
-                               atol=1e-11 * float(jnp.max(jnp.abs(exact))))
+    np.testing.assert_allclose(
+        _scatter_direction(x, m, h, e), exact, rtol=1e-9, atol=1e-11 * float(jnp.max(jnp.abs(exact)))
+    )
 
 
 def test_query_runs_listed_in_blocks_are_complete(monkeypatch):
@@ -168,15 +171,18 @@ def test_query_runs_listed_in_blocks_are_complete(monkeypatch):
     much smaller than N (many trips, a partial last one) every query's
     candidates hold every particle inside its own support, and the other
     particles have none."""
-    from progenax.sph import cells
+    from progenax.neighbours import cells
 
     x, _, h = _clustered(1000, 3)
     support = 2.0 * h
     query = jax.random.uniform(jax.random.PRNGKey(5), (1000,)) < 0.3
     reach = jnp.max(jnp.where(query, support, 0.0))
     monkeypatch.setattr(cells, "_QUERY_BLOCK", 37)  # read when traced
-    blocked = jax.jit(lambda x: cells.build_cell_list(x, reach, cells_per_reach=2, x_cells_per_reach=8,
-                                                      query=query, query_reach=support))(x)
+    blocked = jax.jit(
+        lambda x: cells.build_cell_list(
+            x, reach, cells_per_reach=2, x_cells_per_reach=8, query=query, query_reach=support
+        )
+    )(x)
     is_query = np.asarray(query[blocked.order])
     counts = np.asarray(cells.candidate_counts(blocked))
     assert np.all(counts[~is_query] == 0) and np.all(counts[is_query] > 0)

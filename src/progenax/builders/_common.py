@@ -129,14 +129,14 @@ def finish_cluster(
 ) -> InitialConditions:
     """Move to the centre-of-mass frame, scale to Q (unless None), set units.
 
-`model` is what the cluster was drawn from (`InitialConditions.model`).
+    `model` is what the cluster was drawn from (`InitialConditions.model`).
 
-    Velocities always get zero total momentum; positions are moved to the centre
-    of mass unless `centre_positions=False` (heavy-tailed models keep their model
-    centre at the origin). W for the scaling is the exact pair sum up to
-    `EXACT_MAX_N` stars and `large_n_energy` above: "spherical" (shell theorem
-    about the model centre, 0.1% for spherical models, fast) or "mesh"
-    (nested-mesh P3M, for substructured clusters).
+        Velocities always get zero total momentum; positions are moved to the centre
+        of mass unless `centre_positions=False` (heavy-tailed models keep their model
+        centre at the origin). W for the scaling is the exact pair sum up to
+        `EXACT_MAX_N` stars and `large_n_energy` above: "spherical" (shell theorem
+        about the model centre, 0.1% for spherical models, fast) or "mesh"
+        (nested-mesh P3M, for substructured clusters).
     """
     if large_n_energy not in ("spherical", "mesh"):
         raise ValueError(f"large_n_energy must be 'spherical' or 'mesh', got {large_n_energy!r}")
@@ -146,9 +146,7 @@ def finish_cluster(
         # W (n > 20,000) uses it as the centre of its shells.
         origin = jnp.zeros(3, positions.dtype)
         method = "exact" if masses.shape[0] <= EXACT_MAX_N else large_n_energy
-        velocities = scale_to_virial_ratio(
-            positions, velocities, masses, Q, G=G_PHYSICAL, method=method, centre=origin
-        )
+        velocities = scale_to_virial_ratio(positions, velocities, masses, Q, G=G_PHYSICAL, method=method, centre=origin)
     if centre_positions:
         positions = _centre(positions, masses)
     state = ParticleState(positions, velocities, masses)

@@ -78,13 +78,13 @@ def fractal_builder(
     - `Q`: virial ratio T/|W| (> 0; not None: the fractal's velocities have no
       scale of their own).
     - `segregation`: mass segregation S in [0, 1)
-      (`progenax.segregation.apply_segregation`); 0 leaves the cluster
+      (`progenax.structure.segregation.apply_segregation`); 0 leaves the cluster
       unsegregated. The energies that rank the orbits use velocities scaled to
       Q with equal masses and the spherical W estimate (ranking only).
       `segregation_temperature`: width of the relaxed ranking, in (0, 8].
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "fractal"; differentiable in
-    r_h, alpha and Q; partially in S (relaxed ranking, `progenax.segregation`)
+    r_h, alpha and Q; partially in S (relaxed ranking, `progenax.structure.segregation`)
     and in D (zero pathwise gradient).
 
     ```python

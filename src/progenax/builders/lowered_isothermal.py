@@ -27,20 +27,14 @@ from .._fusion import materialize
 from .._types import ArrayLike, Key
 from ..imf import PowerLawIMF
 from ..kinematics.king_df import sample_speed_fraction, speed_table
-from ..models import LoweredIsothermal, RecordedModel
-from ..profiles.king import multimass_sample_radii, solve_multimass_king_profile
+from ..models import King, LoweredIsothermal, RecordedModel
+from ..profiles.king import king_velocity_scale_squared, multimass_sample_radii, solve_multimass_king_profile
 from ..sampling import isotropic_directions, uniform_open
 from ..state import InitialConditions
 from ..structure.segregation import check_segregation_arguments
 from ..units import G_PHYSICAL
-from ..validation import check_static_int
 from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf
 from .spherical import build_model_cluster
-
-PROFILE_POINTS_MIN = 64  # solve_king_profile's own lower bound
-# speed_table itself runs from 2 rows and 1 column; below 8 (a cell of 1/8 in
-# v / v_esc, 1/7 of W0 per row) the cubic-Hermite CDF is too coarse to be useful.
-SPEED_TABLE_SIZE_MIN = 8
 
 
 @eqx.filter_jit
@@ -68,7 +62,7 @@ def _lowered_isothermal_multimass(
     tables = jax.vmap(lambda w0: speed_table(w0, g, num_W=speed_table_size, num_q=speed_table_size))(b * W0)
     q = sample_speed_fraction(tables, b[component] * W, uniform_open(k_v, (n,), dtype), component=component)
     length = r_h / profile.r_h
-    s = jnp.sqrt(4.0 * np.pi * G_PHYSICAL * jnp.sum(masses) / (9.0 * length * profile.total_mass))
+    s = jnp.sqrt(king_velocity_scale_squared(G_PHYSICAL, jnp.sum(masses), length, profile.total_mass))
     pos = W > 0  # v = q sqrt(2 b_j W) s_j and s_j = s / sqrt(b_j): v_esc is common
     v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
     radii = materialize(r_model * length)
@@ -76,35 +70,47 @@ def _lowered_isothermal_multimass(
     positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
     velocities = speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
     params = {
-        "W0": W0, "r_h": r_h, "r_t": profile.r_t * length, "delta": delta,
-        "component_masses": m_j, "component_r_h": profile.r_h_j * length, **imf_params(imf, alpha),
+        "W0": W0,
+        "r_h": r_h,
+        "r_t": profile.r_t * length,
+        "delta": delta,
+        "component_masses": m_j,
+        "component_r_h": profile.r_h_j * length,
+        **imf_params(imf, alpha),
     }
-    if model == "limepy":
+    if "g" in {p.name for p in model.PARAMETERS}:  # King records no g
         params["g"] = g
     if Q is not None:
         params["Q"] = Q
-    described = RecordedModel(model, dict(params), jnp.sum(masses))
+    described = RecordedModel(model.NAME, dict(params), jnp.sum(masses))
     return finish_cluster(described, positions, velocities, masses, params, Q, units, centre_positions=False)
 
 
-def _check_grid_options(profile_points, speed_table_size) -> tuple[int, int]:
-    return (
-        check_static_int("profile_points", profile_points, PROFILE_POINTS_MIN),
-        check_static_int("speed_table_size", speed_table_size, SPEED_TABLE_SIZE_MIN),
-    )
-
-
 def _build(
-    key, n, W0, g, r_h, alpha, Q, imf, units, model, mass_bins, delta, segregation, temperature, ra=None,
-    profile_points=1024, speed_table_size=128,
+    key,
+    n,
+    W0,
+    g,
+    r_h,
+    alpha,
+    Q,
+    imf,
+    units,
+    model,
+    mass_bins,
+    delta,
+    segregation,
+    temperature,
+    ra=None,
+    profile_points=1024,
+    speed_table_size=128,
 ):
-    profile_points, speed_table_size = _check_grid_options(profile_points, speed_table_size)
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     if mass_bins is None:
-        parameters = dict(W0=W0, g=g, ra=ra, r_h=c.r_h, profile_points=profile_points,
-                          speed_table_size=speed_table_size)
-        return build_model_cluster(key, LoweredIsothermal, c, parameters, segregation, temperature,
-                                   extra={"family": model})
+        grids = dict(r_h=c.r_h, profile_points=profile_points, speed_table_size=speed_table_size)
+        declared = {p.name for p in model.PARAMETERS}
+        shape = {k: v for k, v in dict(W0=W0, g=g, ra=ra).items() if k in declared}
+        return build_model_cluster(key, model, c, {**shape, **grids}, segregation, temperature)
     S, _ = check_segregation_arguments(c.checks, segregation, temperature)
     if S is not None:
         raise ValueError(
@@ -116,15 +122,29 @@ def _build(
             "anisotropic (ra) multi-mass models are not implemented: use ra=None with mass_bins, "
             "or mass_bins=None with ra"
         )
-    values = LoweredIsothermal.checked(c.checks, W0=W0, g=g, r_h=c.r_h)
+    values = LoweredIsothermal.checked(
+        c.checks, W0=W0, g=g, r_h=c.r_h, profile_points=profile_points, speed_table_size=speed_table_size
+    )
     if isinstance(mass_bins, bool) or not isinstance(mass_bins, (int, np.integer)) or not 1 <= mass_bins <= 64:
         raise ValueError(f"mass_bins must be None or an int in [1, 64] (static), got {mass_bins!r}")
     if c.imf == "equal":
         raise ValueError("mass_bins needs an IMF with a spread of masses, not imf='equal'")
     delta = c.checks.range("delta", delta, lower=0.0, upper=2.0, lower_inclusive=True)
     out = _lowered_isothermal_multimass(
-        as_key(key), c.n, values["W0"], values["g"], delta, c.r_h, c.alpha, c.Q, c.imf, c.units, model,
-        int(mass_bins), profile_points, speed_table_size,
+        as_key(key),
+        c.n,
+        values["W0"],
+        values["g"],
+        delta,
+        c.r_h,
+        c.alpha,
+        c.Q,
+        c.imf,
+        c.units,
+        model,
+        int(mass_bins),
+        values["profile_points"],
+        values["speed_table_size"],
     )
     return c.checks.attach(out)
 
@@ -186,7 +206,8 @@ def king_builder(
       from 67 ms to 16 ms on one core; 256 / 32: the same star-by-star
       differences, 13 ms; 128 / 32: 1.7e-3 and 7.3e-3, 10 ms.
 
-    **Returns:** `InitialConditions` whose `model` is a `progenax.models.LoweredIsothermal` named "king" (a `RecordedModel` with `mass_bins`), and params W0, r_h, r_t
+    **Returns:** `InitialConditions` whose `model` is a `progenax.models.King`
+    (a `RecordedModel` named "king" with `mass_bins`), and params W0, r_h, r_t
     (tidal radius in pc) and the IMF's; differentiable in W0, r_h, alpha and Q.
 
     ```python
@@ -194,8 +215,22 @@ def king_builder(
     ```
     """
     return _build(
-        key, n, W0, 1.0, r_h, alpha, Q, imf, units, "king", mass_bins, delta, segregation, segregation_temperature,
-        profile_points=profile_points, speed_table_size=speed_table_size,
+        key,
+        n,
+        W0,
+        1.0,
+        r_h,
+        alpha,
+        Q,
+        imf,
+        units,
+        King,
+        mass_bins,
+        delta,
+        segregation,
+        segregation_temperature,
+        profile_points=profile_points,
+        speed_table_size=speed_table_size,
     )
 
 
@@ -240,10 +275,26 @@ def limepy_builder(
     - the rest (`mass_bins`, `delta`, `profile_points`, `speed_table_size` included) as
       for `king_builder`.
 
-    **Returns:** `InitialConditions` whose `model` is a `LoweredIsothermal` named "limepy" (params also hold `ra`
+    **Returns:** `InitialConditions` whose `model` is a
+    `progenax.models.LoweredIsothermal`, named "limepy" (params also hold `ra`
     when given); differentiable in W0, g, ra, r_h, alpha and Q.
     """
     return _build(
-        key, n, W0, g, r_h, alpha, Q, imf, units, "limepy", mass_bins, delta, segregation, segregation_temperature, ra,
-        profile_points=profile_points, speed_table_size=speed_table_size,
+        key,
+        n,
+        W0,
+        g,
+        r_h,
+        alpha,
+        Q,
+        imf,
+        units,
+        LoweredIsothermal,
+        mass_bins,
+        delta,
+        segregation,
+        segregation_temperature,
+        ra,
+        profile_points=profile_points,
+        speed_table_size=speed_table_size,
     )

@@ -46,7 +46,7 @@ def plummer_builder(
     - `units`: "physical" (pc, Msun, km/s) or "henon" (G = M = 1, E = -1/4 at
       Q = 1/2).
     - `segregation`: primordial mass segregation S in [0, 1), energy-ordered as
-      in Baumgardt, De Marchi & Kroupa (2008) (`progenax.segregation`); a
+      in Baumgardt, De Marchi & Kroupa (2008) (`progenax.structure.segregation`); a
       concrete 0 skips it. Partially differentiable (relaxed ranking).
     - `segregation_temperature`: width of the relaxed ranking that gives S its
       gradient, in units of the mean key spacing, in (0, 8].

@@ -51,14 +51,16 @@ def resolve_model(model: str | type[AbstractClusterModel]) -> type[AbstractClust
     raise ValueError(f"model must be one of {sorted(REGISTRY)} or an AbstractClusterModel class, got {model!r}")
 
 
-def build_model_cluster(key, model_cls, common, parameters: dict[str, Any], segregation, temperature,
-                        extra: dict[str, Any] | None = None) -> InitialConditions:
+def build_model_cluster(
+    key, model_cls, common, parameters: dict[str, Any], segregation, temperature
+) -> InitialConditions:
     """Validate the model's parameters against its declared supports, then build."""
-    values = model_cls.checked(common.checks, **parameters)
-    values.update(extra or {})
+    fixed = {name: jnp.asarray(value, common.r_h.dtype) for name, value in model_cls.FIXED.items()}
+    values = {**model_cls.checked(common.checks, **parameters), **fixed}
     S, T = check_segregation_arguments(common.checks, segregation, temperature)
-    out = build_spherical(as_key(key), common.n, model_cls, values, common.alpha, common.Q, common.imf,
-                          common.units, S, T)
+    out = build_spherical(
+        as_key(key), common.n, model_cls, values, common.alpha, common.Q, common.imf, common.units, S, T
+    )
     return common.checks.attach(out)
 
 

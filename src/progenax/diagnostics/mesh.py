@@ -29,7 +29,7 @@ $$\frac1r = g_0(r) + \sum_{k=1}^{K-1} \bigl[g_k(r) - g_{k-1}(r)\bigr] + \frac{\o
   on the scale $s_k$, so the mesh resolves them;
 - **pairs:** the rest, $\operatorname{erfc}(r/2s_L)/r$ with $L$ the pair's
   shallower level, is summed over pairs closer than `cutoff` $\times s_L$ with
-  the overflow-free cell list of `progenax.sph.cells` (any farther candidate
+  the overflow-free cell list of `progenax.neighbours.cells` (any farther candidate
   it offers is summed too, which only makes the sum more exact); one cell list
   per level, holding the stars of that level and the deeper ones within reach
   of the next cube's faces. The others are parked, massless, on a lattice
@@ -51,7 +51,7 @@ split scales follow the data (median, quantile) with their gradients, so the
 estimate is homogeneous of degree -1 in the positions like the exact W:
 $\sum_i x_i\cdot\partial W/\partial x_i = -W$ (to 1e-5, measured 2e-6), which
 keeps a builder's r_h gradient consistent. Fixed shapes, jit-able; the pair
-loop's trip count is data-sized inside the graph (see `progenax.sph.cells`).
+loop's trip count is data-sized inside the graph (see `progenax.neighbours.cells`).
 
 **Accuracy** (float64, against the exact pair sum; fractal = `fractal_builder`
 D = 1.6, Plummer = `plummer_builder`, Kroupa IMF):
@@ -86,7 +86,7 @@ import numpy as np
 from jax.scipy.special import erf, erfc
 
 from .._types import Array, Masses, Positions, Scalar
-from ..sph.cells import build_cell_list, candidate_counts, fold_candidates
+from ..neighbours.cells import build_cell_list, candidate_counts, fold_candidates
 
 DEFAULT_SPLIT = 1.0
 DEFAULT_CUTOFF = 4.5
@@ -185,7 +185,9 @@ def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse,
     m = 2 * n_grid
     rho_hat = jnp.fft.rfftn(jnp.pad(rho, ((0, n_grid),) * 3))
     d = np.minimum(np.arange(m), m - np.arange(m)).astype(np.float64)
-    r_grid = jnp.asarray(np.sqrt(d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2), positions.dtype)
+    r_grid = jnp.asarray(
+        np.sqrt(d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2), positions.dtype
+    )
     k_hat = jnp.fft.rfftn(_kernel(spacing * r_grid, r_s, coarse, with_coarse)).real
     weight = np.full(m // 2 + 1, 2.0)  # half spectrum: interior planes twice
     weight[0] = weight[-1] = 1.0
@@ -265,8 +267,13 @@ def _pairs_fwd(positions, masses, own, r_s, reach):
 def _pairs_bwd(res, u_bar):
     masses, e, f, own, du_ds, reach = res
     # The reach only decides which candidates are listed: no gradient.
-    return (u_bar * masses[:, None] * f, u_bar * e, np.zeros(own.shape, jax.dtypes.float0),
-            u_bar * du_ds, jnp.zeros_like(reach))
+    return (
+        u_bar * masses[:, None] * f,
+        u_bar * e,
+        np.zeros(own.shape, jax.dtypes.float0),
+        u_bar * du_ds,
+        jnp.zeros_like(reach),
+    )
 
 
 _pairs.defvjp(_pairs_fwd, _pairs_bwd)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike, Masses, Positions, Scalar
+from ..sampling import safe_norm
 from .centre import centre_of_mass
 
 
@@ -41,8 +42,7 @@ def lagrangian_radii(
     x = positions - centre
     if projected:
         x = x[:, :2]
-    r2 = jnp.sum(x**2, axis=-1)
-    r = jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)) * (r2 > 0)
+    r = safe_norm(x)
     return _weighted_quantile(r, masses, jnp.asarray(fractions, dtype=r.dtype))
 
 

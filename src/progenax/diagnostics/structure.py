@@ -281,9 +281,7 @@ def mass_segregation_ratio(
     massive = np.argsort(-m, kind="stable")[:n_massive]
     l_massive = mst_edge_lengths(x[massive]).sum()
     rng = np.random.default_rng(seed)
-    l_random = np.array(
-        [mst_edge_lengths(x[rng.choice(n, n_massive, replace=False)]).sum() for _ in range(n_random)]
-    )
+    l_random = np.array([mst_edge_lengths(x[rng.choice(n, n_massive, replace=False)]).sum() for _ in range(n_random)])
     lo, hi = np.quantile(l_random, [1.0 / 6.0, 5.0 / 6.0])
     return SegregationRatio(float(l_random.mean() / l_massive), float(lo / l_massive), float(hi / l_massive))
 

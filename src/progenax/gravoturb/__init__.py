@@ -23,10 +23,10 @@ from .cloud import TurbulentField as TurbulentField
 from .cloud import dense_gas_fraction as dense_gas_fraction
 from .field import gaussian_random_field as gaussian_random_field
 from .field import shell_power_spectrum as shell_power_spectrum
+from .field import spectral_slope as spectral_slope
 from .measure import lognormal_variance_fit as lognormal_variance_fit
 from .measure import tail_slope_fit as tail_slope_fit
 from .measure import volume_mean_density as volume_mean_density
-from .field import spectral_slope as spectral_slope
 from .pdf import PiecewiseLogDensityPDF as PiecewiseLogDensityPDF
 from .pdf import log_density_variance as log_density_variance
 from .velocity import compressive_fraction as compressive_fraction

@@ -129,8 +129,14 @@ def _cloud(key, n_gas, m_cloud, gamma, eta, f):
     params = {**_field_params(f), "m_cloud": m_cloud, "gamma": gamma, "eta": eta, "sigma_s": pdf.sigma, "s_t": pdf.s_t}
     state = ParticleState(positions, velocities, masses)
     return GasCloud(
-        state, jnp.ones_like(masses), internal_energy, smoothing_length,
-        RecordedModel("gravoturb_gas", dict(params)), params, physical_units(), field,
+        state,
+        jnp.ones_like(masses),
+        internal_energy,
+        smoothing_length,
+        RecordedModel("gravoturb_gas", dict(params)),
+        params,
+        physical_units(),
+        field,
     )
 
 
@@ -278,7 +284,7 @@ def star_builder(
     - `threshold_mode`: "sigmoid" (default) or "hard".
     - `units`: "physical" or "henon".
 
-    **Returns:** `InitialConditions` with `model="gravoturb"`. Differentiable in
+    **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
     mach, alpha, b, kappa, dispersion, imf_alpha and Q through the grid and the
     z-offsets; positions partially (the cell choice is piecewise constant).
 

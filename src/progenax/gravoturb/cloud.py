@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike, Masses, Scalar, Weights
-from ..models import RecordedModel
+from ..models import RecordedModel, as_model
 from ..state import ParticleState
 from ..units import Units
 from ..validation import check_range
@@ -117,7 +117,7 @@ class GasCloud(eqx.Module):
     weights: Weights
     internal_energy: Array
     smoothing_length: Array
-    model: RecordedModel
+    model: RecordedModel = eqx.field(converter=as_model)
     params: dict[str, Scalar]
     units: Units
     field: TurbulentField | None = None
@@ -134,7 +134,7 @@ class GasCloud(eqx.Module):
     def masses(self) -> Masses:
         return self.state.masses
 
-    def to_physical(self) -> "GasCloud":
+    def to_physical(self) -> GasCloud:
         """Gas clouds are always in physical units (pc, Msun, km/s)."""
         if self.units.name != "physical":
             raise ValueError("a GasCloud must be in physical units (pc, Msun, km/s)")

@@ -92,7 +92,7 @@ class PiecewiseLogDensityPDF(eqx.Module):
     log_norm: Scalar
 
     @classmethod
-    def from_turbulence(cls, mach: ArrayLike, alpha: ArrayLike, b: ArrayLike) -> "PiecewiseLogDensityPDF":
+    def from_turbulence(cls, mach: ArrayLike, alpha: ArrayLike, b: ArrayLike) -> PiecewiseLogDensityPDF:
         """The PDF for Mach number `mach` (> 0), tail slope `alpha` (> 1) and forcing `b` in (0, 1].
 
         Out-of-range values raise `ValueError` (concrete) or through `equinox.error_if` (traced).

@@ -43,9 +43,7 @@ def marks_x(feh: ArrayLike, rho_cl: ArrayLike) -> Array:
     return -0.14 * feh + 0.99 * jnp.log10(rho_cl / RHO_REFERENCE)
 
 
-def marks_alpha3(
-    feh: ArrayLike, rho_cl: ArrayLike, *, width: ArrayLike = 0.05, mode: str = "sigmoid"
-) -> Array:
+def marks_alpha3(feh: ArrayLike, rho_cl: ArrayLike, *, width: ArrayLike = 0.05, mode: str = "sigmoid") -> Array:
     """High-mass IMF slope alpha3 of Marks et al. (2012) (see module docstring).
 
     **Arguments:** `feh`: [Fe/H] (dex); `rho_cl`: cloud density in Msun pc^-3

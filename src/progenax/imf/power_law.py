@@ -71,8 +71,7 @@ class PowerLawIMF(eqx.Module):
         slopes = jnp.asarray(slopes, dtype=jnp.result_type(float))
         if breaks.ndim != 1 or slopes.ndim != 1 or breaks.shape[0] != slopes.shape[0] + 1:
             raise ValueError(
-                "breaks must have one more entry than slopes "
-                f"(got breaks {breaks.shape}, slopes {slopes.shape})"
+                f"breaks must have one more entry than slopes (got breaks {breaks.shape}, slopes {slopes.shape})"
             )
         self.breaks = breaks
         self.slopes = slopes

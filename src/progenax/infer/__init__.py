@@ -30,6 +30,7 @@ from .plummer import default_priors as default_priors
 from .plummer import plummer_log_likelihood as plummer_log_likelihood
 from .plummer import plummer_model as plummer_model
 from .simulate import simulate_king as simulate_king
+from .simulate import simulate_model as simulate_model
 from .simulate import simulate_plummer as simulate_plummer
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     # data
     "simulate_plummer",
     "simulate_king",
+    "simulate_model",
     "ObservedCluster",
     "observe",
     # per-star log-densities

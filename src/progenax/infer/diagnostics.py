@@ -43,7 +43,10 @@ def recovery_table(mcmc, truth: dict[str, float]) -> dict[str, dict[str, float]]
         draws = np.asarray(grouped[name], dtype=float)
         median, sd = float(np.median(draws)), float(np.std(draws))
         rows[name] = {
-            "truth": float(value), "median": median, "sd": sd, "z": (median - value) / sd,
+            "truth": float(value),
+            "median": median,
+            "sd": sd,
+            "z": (median - value) / sd,
             "bulk_ess": bulk_ess(draws) if draws.size >= 8 else float("nan"),
             "r_hat": split_r_hat(draws) if draws.shape[1] >= 4 else float("nan"),
         }
@@ -58,11 +61,15 @@ def print_recovery(mcmc, truth: dict[str, float], wall: float) -> dict[str, dict
     `wall` is the run's wall time in seconds. Returns the table.
     """
     table = recovery_table(mcmc, truth)
-    print(f"{'param':6s} {'truth':>6s} {'median':>8s} {'sd':>8s} {'(med-truth)/sd':>15s} {'bulk ESS':>9s} {'r-hat':>6s}")
+    print(
+        f"{'param':6s} {'truth':>6s} {'median':>8s} {'sd':>8s} {'(med-truth)/sd':>15s} {'bulk ESS':>9s} {'r-hat':>6s}"
+    )
     for name in truth:
         row = table[name]
-        print(f"{name:6s} {row['truth']:6.2f} {row['median']:8.4f} {row['sd']:8.4f} {row['z']:15.2f} "
-              f"{row['bulk_ess']:9.0f} {row['r_hat']:6.3f}")
+        print(
+            f"{name:6s} {row['truth']:6.2f} {row['median']:8.4f} {row['sd']:8.4f} {row['z']:15.2f} "
+            f"{row['bulk_ess']:9.0f} {row['r_hat']:6.3f}"
+        )
     total = np.asarray(mcmc.get_samples()[next(iter(truth))]).shape[0]
     print(f"divergences: {table['divergences']:.0f} of {total} ({100.0 * table['divergences'] / total:.2f} %)")
     print(f"wall time (compile + warmup + sampling): {wall:.1f} s")

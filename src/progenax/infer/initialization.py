@@ -23,7 +23,8 @@ INIT_KEY = "init_value"
 
 
 def init_to_data(site=None):
-    """numpyro init strategy (call it with no site: `init_to_data()`): a site's `infer["init_value"]`, else `init_to_uniform`.
+    """numpyro init strategy (call it with no site: `init_to_data()`): a site's
+    `infer["init_value"]`, else `init_to_uniform`.
 
     The value is moved 1e-3 of the width inside an interval support, so a start
     outside the prior's range is never proposed.

@@ -37,17 +37,20 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from numpyro.distributions import constraints
 from jax.scipy.special import gammainc
 
 from .._types import Array, ArrayLike
-from ..profiles.king import W0_MAX, king_density_of_W, king_potential, solve_king_profile
+from ..models import King
+from ..profiles.king import W0_MAX, king_density_of_W, king_potential, king_velocity_scale_squared, solve_king_profile
+from ..sampling import safe_norm
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
+from .framework import FRAME_PARAMETERS, check_model_arguments, site_above_wall, support_bounds, total_mass_of
 from .initialization import INIT_KEY
 from .likelihoods import kroupa_log_likelihood
 from .los import convolve_with_error, king_los_logpdf
-from .plummer import FRAME_PARAMETERS, _total_mass, check_model_arguments, default_priors
+from .mock import INITIAL_VALUES, MockLikelihood, mock_factor
+from .plummer import default_priors
 
 PARAMETERS = ("r_h", "alpha", "Q", "W0")
 NUM_POINTS = 256
@@ -63,12 +66,6 @@ def king_default_priors(line_of_sight: bool = False) -> dict[str, dist.Distribut
 
 def _king_defaults(projected: bool, line_of_sight: bool) -> dict[str, dist.Distribution]:
     return king_default_priors(line_of_sight)
-
-
-def _safe_norm(x: Array) -> Array:
-    r2 = jnp.sum(x**2, axis=-1)
-    pos = r2 > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, r2, 1.0)), 0.0)
 
 
 def king_log_likelihood(
@@ -95,8 +92,15 @@ def king_log_likelihood(
     W0 = jnp.asarray(W0)
     ok = jnp.isfinite(W0)
     terms = king_phase_space_logpdf(
-        data, r_h, Q, jnp.where(ok, W0, 6.0), total_mass=total_mass, G=G, centre=centre,
-        bulk_velocity=bulk_velocity, num_points=num_points,
+        data,
+        r_h,
+        Q,
+        jnp.where(ok, W0, 6.0),
+        total_mass=total_mass,
+        G=G,
+        centre=centre,
+        bulk_velocity=bulk_velocity,
+        num_points=num_points,
     )
     total = jnp.where(ok, jnp.sum(terms), -jnp.inf)
     if data.masses is not None:
@@ -133,7 +137,7 @@ def _refuse_projected(data: ObservedCluster) -> None:
 
 def _star_radii(data: ObservedCluster, centre: ArrayLike | None) -> Array:
     x = data.positions if centre is None else data.positions - centre
-    return _safe_norm(x)
+    return safe_norm(x)
 
 
 def _star_potential(data, profile, r_h, centre) -> tuple[Array, Array]:
@@ -144,8 +148,7 @@ def _star_potential(data, profile, r_h, centre) -> tuple[Array, Array]:
 
 def _velocity_scale_unit(data, profile, length, total_mass, G) -> Array:
     """s_1^2 = 4 pi G M / (9 L M_t-hat) in (km/s)^2: the DF's velocity scale is s^2 = 2 Q s_1^2."""
-    M = _total_mass(data, total_mass)
-    return 4.0 * np.pi * G * M / (9.0 * length * profile.total_mass)
+    return king_velocity_scale_squared(G, total_mass_of(data, total_mass), length, profile.total_mass)
 
 
 def _phase_space_terms(data, profile, length, W, Q, total_mass, G, bulk_velocity) -> Array:
@@ -177,7 +180,10 @@ def _king_velocity_logpdf(v: Array, W: Array, s: Array) -> Array:
     e_safe = jnp.where(ok, eps, 1.0)
     W_safe = jnp.where(ok, W, 1.0)
     value = (
-        jnp.log(jnp.expm1(e_safe)) - 1.5 * np.log(2.0 * np.pi) - W_safe - jnp.log(gammainc(2.5, W_safe))
+        jnp.log(jnp.expm1(e_safe))
+        - 1.5 * np.log(2.0 * np.pi)
+        - W_safe
+        - jnp.log(gammainc(2.5, W_safe))
         - 3.0 * jnp.log(s)
     )
     return jnp.where(ok, value, -jnp.inf)
@@ -193,7 +199,7 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
     the largest likelihood (finite: every star inside $r_t$) is the start.
     """
     centre = jnp.median(data.positions, axis=0)
-    r_h = jnp.median(_safe_norm(data.positions - centre))
+    r_h = jnp.median(safe_norm(data.positions - centre))
     values = {"r_h": r_h, "centre": centre}
     has_v = data.velocities is not None and (total_mass is not None or data.masses is not None)
     bulk = jnp.mean(data.velocities, axis=0) if has_v else None
@@ -203,8 +209,8 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
         if has_v:
             profile = solve_king_profile(W0, 1.0, num_points=num_points)
             length = r_h / profile.r_h
-            W = king_potential(profile, _safe_norm(data.positions - centre) / length)
-            s1 = 4.0 * np.pi * G * _total_mass(data, total_mass) / (9.0 * length * profile.total_mass)
+            W = king_potential(profile, safe_norm(data.positions - centre) / length)
+            s1 = _velocity_scale_unit(data, profile, length, total_mass, G)
             v2 = (data.velocities - bulk) ** 2
             if data.line_of_sight:
                 e2 = 0.0 if data.velocity_errors is None else data.velocity_errors**2
@@ -215,8 +221,9 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
             W_safe = jnp.maximum(W, 1e-12)
             ms = 3.0 * gammainc(3.5, W_safe) / gammainc(2.5, W_safe)  # <v^2> / s^2
             Q = jnp.maximum(jnp.mean(v2_moment / (2.0 * ms * s1)), 1.1 * jnp.max(v2 / (4.0 * W_safe * s1)))
-        log_l = king_log_likelihood(data, r_h, 2.3, Q, W0, total_mass=total_mass, G=G, centre=centre,
-                                    bulk_velocity=bulk, num_points=num_points)
+        log_l = king_log_likelihood(
+            data, r_h, 2.3, Q, W0, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk, num_points=num_points
+        )
         return jnp.where(jnp.isfinite(log_l), log_l, -jnp.inf), Q
 
     log_l, Q = jax.vmap(at)(jnp.asarray(_W0_GRID, r_h.dtype))
@@ -228,64 +235,7 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
     return values
 
 
-def _support_bounds(name: str, prior: dist.Distribution) -> tuple[float, float]:
-    """(lower, upper) of a scalar prior's support, for the wall reparametrization."""
-    support = prior.support
-    if isinstance(support, constraints.interval):
-        return float(support.lower_bound), float(support.upper_bound)
-    if isinstance(support, constraints.greater_than):
-        return float(support.lower_bound), np.inf
-    if support is constraints.real:
-        return -np.inf, np.inf
-    raise ValueError(
-        f"priors[{name!r}] must have an interval, lower-bounded or real support for reparametrize=True, "
-        f"got {support}; pass reparametrize=False"
-    )
-
-
-def _site_above_wall(name: str, prior: dist.Distribution, wall: Array, start: Array) -> Array:
-    r"""Sample `name` (prior `prior`) on (max(wall, lower), upper) through an unconstrained site.
-
-    The site `name + "_unconstrained"` (u, flat on the real line) maps to
-    $\theta = \ell + (h - \ell)\,\sigma(u)$ (finite upper bound $h$) or
-    $\theta = \ell + e^u$, with $\ell = \max(\text{wall}, \text{prior's lower bound})$; the
-    factor `name + "_prior"` adds $\log p(\theta) + \log|d\theta/du|$, so the density
-    of $\theta$ is the prior's, restricted to $\theta > $ wall, where the likelihood is
-    zero anyway. The wall may depend on earlier sites: the map is triangular, and
-    its Jacobian determinant is the product of these diagonal terms. $\theta$ is
-    recorded as the deterministic site `name`.
-    """
-    lo, hi = _support_bounds(name, prior)
-    lower = wall if lo == -np.inf else jnp.maximum(wall, lo)
-    if np.isfinite(hi):
-        ok = lower < hi  # False only where the data rule out the whole prior range
-        width = jnp.where(ok, hi - lower, 1.0)
-        fraction = jnp.clip((start - lower) / width, 1e-6, 1.0 - 1e-6)
-        u = numpyro.sample(
-            f"{name}_unconstrained", dist.ImproperUniform(constraints.real, (), ()),
-            infer={INIT_KEY: jnp.log(fraction) - jnp.log1p(-fraction)},
-        )
-        value = lower + width * jax.nn.sigmoid(u)
-        log_jacobian = jnp.log(width) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u)
-    else:
-        ok = jnp.isfinite(lower)
-        gap = start - lower
-        u = numpyro.sample(
-            f"{name}_unconstrained", dist.ImproperUniform(constraints.real, (), ()),
-            infer={INIT_KEY: jnp.log(jnp.where(gap > 0, gap, 1e-3))},
-        )
-        value = lower + jnp.exp(u)
-        log_jacobian = u
-    # A fixed point inside the support where the data rule out the prior range
-    # (not `start`, which would keep the start's profile solves in the graph).
-    if np.isfinite(lo) and np.isfinite(hi):
-        inner = 0.5 * (lo + hi)
-    else:
-        inner = lo + 1.0 if np.isfinite(lo) else (hi - 1.0 if np.isfinite(hi) else 0.0)
-    safe = jnp.where(ok, value, inner)
-    value = numpyro.deterministic(name, safe)
-    numpyro.factor(f"{name}_prior", jnp.where(ok, prior.log_prob(safe) + log_jacobian, -jnp.inf))
-    return value
+INITIAL_VALUES[King] = king_initial_values  # the mock likelihood's fiducial W0 and r_h
 
 
 def king_model(
@@ -333,14 +283,10 @@ def king_model(
     mcmc.run(jax.random.PRNGKey(1), data)
     ```
     """
-    from .mock import MockLikelihood, mock_factor
-
     merged = check_model_arguments(data, likelihood, priors, PARAMETERS + FRAME_PARAMETERS, _king_defaults)
     if isinstance(likelihood, MockLikelihood):
-        if likelihood.model != "king":
-            raise ValueError(f"this MockLikelihood was built for model {likelihood.model!r}, not 'king'")
         params = {p: numpyro.sample(p, merged[p], infer={INIT_KEY: likelihood.fiducial[p]}) for p in PARAMETERS}
-        mock_factor(likelihood, "king", params)
+        mock_factor(likelihood, King, params)
         return
     if data.projected:
         raise NotImplementedError(
@@ -348,9 +294,9 @@ def king_model(
         )
     if reparametrize:
         for name in ("r_h", "Q"):
-            _support_bounds(name, merged[name])  # eager check of the support
+            support_bounds(name, merged[name])  # eager check of the support
         if data.velocities is not None:
-            _total_mass(data, total_mass)  # ValueError without masses or total_mass
+            total_mass_of(data, total_mass)  # ValueError without masses or total_mass
     start = king_initial_values(data, total_mass, G, num_points)
 
     def site(name):
@@ -361,7 +307,15 @@ def king_model(
         centre = site("centre") if fit_frame else None
         bulk = site("bulk_velocity") if fit_frame and data.velocities is not None else None
         log_l = king_log_likelihood(
-            data, r_h, alpha, Q, W0, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk,
+            data,
+            r_h,
+            alpha,
+            Q,
+            W0,
+            total_mass=total_mass,
+            G=G,
+            centre=centre,
+            bulk_velocity=bulk,
             num_points=num_points,
         )
         numpyro.factor("log_likelihood", log_l)
@@ -372,7 +326,7 @@ def king_model(
     W0_ok = jnp.isfinite(W0)  # as in king_log_likelihood: -inf, not the solver's range check
     profile = solve_king_profile(jnp.where(W0_ok, W0, 6.0), 1.0, num_points=num_points)
     r_wall = jnp.max(_star_radii(data, centre)) * profile.r_h / profile.r_t
-    r_h = _site_above_wall("r_h", merged["r_h"], r_wall, start["r_h"])
+    r_h = site_above_wall("r_h", merged["r_h"], r_wall, start["r_h"])
     length, W = _star_potential(data, profile, r_h, centre)
     if data.velocities is not None:
         bulk = site("bulk_velocity") if fit_frame else None
@@ -384,7 +338,7 @@ def king_model(
             inside = W > 0  # every star, but for rounding at the wall
             s1 = _velocity_scale_unit(data, profile, length, total_mass, G)
             q_wall = jnp.max(jnp.where(inside, v2 / (4.0 * jnp.where(inside, W, 1.0) * s1), jnp.inf))
-            Q = _site_above_wall("Q", merged["Q"], q_wall, start["Q"])
+            Q = site_above_wall("Q", merged["Q"], q_wall, start["Q"])
     else:
         bulk, Q = None, site("Q")
     terms = _phase_space_terms(data, profile, length, W, Q, total_mass, G, bulk)

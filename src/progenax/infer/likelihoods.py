@@ -121,8 +121,7 @@ def plummer_projected_velocity_logpdf(
     log_i = jnp.log(jnp.where(inside, depth_integral(jnp.where(inside, u, 0.5)), 1.0))
     log_i = jnp.where(inside, log_i, -jnp.inf)
     return (
-        np.log(3.0 * VELOCITY_NORM / (4.0 * np.pi)) + 2.0 * jnp.log(a) - 2.0 * jnp.log(b2)
-        - 1.5 * jnp.log(w02) + log_i
+        np.log(3.0 * VELOCITY_NORM / (4.0 * np.pi)) + 2.0 * jnp.log(a) - 2.0 * jnp.log(b2) - 1.5 * jnp.log(w02) + log_i
     )
 
 

@@ -88,8 +88,8 @@ def convolve_with_error(log_pdf, v_obs: ArrayLike, error: ArrayLike, w: ArrayLik
     half = jnp.where(ok, 0.5 * (hi - lo), 1.0)
     mid = jnp.where(ok, 0.5 * (hi + lo), 0.0)
     v = mid[..., None] + half[..., None] * _NODES
-    log_gauss = -0.5 * ((v_obs[..., None] - v) / error[..., None]) ** 2 - jnp.log(error[..., None]) - 0.5 * np.log(
-        2.0 * np.pi
+    log_gauss = (
+        -0.5 * ((v_obs[..., None] - v) / error[..., None]) ** 2 - jnp.log(error[..., None]) - 0.5 * np.log(2.0 * np.pi)
     )
     terms = np.log(_WEIGHTS) + log_pdf(v) + log_gauss
     value = logsumexp(terms, axis=-1) + jnp.log(half)
@@ -103,7 +103,12 @@ def plummer_los_error_logpdf(v_obs: ArrayLike, error: ArrayLike, w: ArrayLike) -
 
 
 def plummer_projected_los_logpdf(
-    positions: ArrayLike, v_los: ArrayLike, a: ArrayLike, total_mass: ArrayLike, Q: ArrayLike, G: ArrayLike,
+    positions: ArrayLike,
+    v_los: ArrayLike,
+    a: ArrayLike,
+    total_mass: ArrayLike,
+    Q: ArrayLike,
+    G: ArrayLike,
     error: ArrayLike | None = None,
 ) -> Array:
     """log p(x, y, v_z) in pc^-2 (km/s)^-1 for projected positions (n, 2) and line-of-sight velocities (n,).

@@ -1,11 +1,12 @@
 r"""The `mock` likelihood: a Gaussian synthetic likelihood of forward-modelled summaries.
 
-Given parameters $\theta$ (r_h, alpha, Q and, for King, W0) the cluster is built
-with the builder itself (`plummer_builder` / `king_builder`, `Q=None`,
-velocities times $\sqrt{2Q}$ as in `simulate_plummer`; King on a 256-node
-profile grid and a 64 x 64 speed table, `KING_PROFILE_POINTS` and
-`KING_SPEED_TABLE_SIZE`: a gradient 4x cheaper than with the builder's
-defaults, summaries within 0.003 sd of theirs) from one fixed key
+Given parameters $\theta$ (alpha, Q and the model's own: r_h, and W0 for King)
+the cluster is built with the builder itself (`progenax.model_builder` for any
+registered model, `Q=None`, velocities times $\sqrt{2Q}$ as in
+`simulate_model`; a model that declares grid sizes, King and LIMEPY, runs on a
+256-node profile grid and a 64 x 64 speed table, `FORWARD_GRIDS`: a gradient 4x
+cheaper than with the builder's defaults, summaries within 0.003 sd of theirs)
+from one fixed key
 (**common random numbers**: the same uniforms every call, so the model's
 summaries are a smooth, deterministic function of $\theta$) with `n_model`
 stars, whose velocities are rescaled by $\sqrt{M_{\rm data}/M_{\rm model}}$ so that
@@ -53,6 +54,8 @@ where NUTS starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -60,26 +63,30 @@ import numpy as np
 import numpyro
 
 from .._types import Array
-from ..builders import king_builder, plummer_builder
+from ..builders import model_builder
+from ..builders.spherical import resolve_model
+from ..models import AbstractClusterModel
 from ..sph import density as sph_density
 from ..sph.kernels import get_kernel
 from ..units import G_PHYSICAL
 from ..validation import check_static_int
 from .data import ObservedCluster
+from .initialization import plummer_initial_values
 from .likelihoods import kroupa_log_likelihood
+from .priors import shared_priors
+from .simulate import simulate_model
 
-MODELS = ("plummer", "king")
 MASS_EDGES = (0.5, 1.0, 2.0, 5.0)
 _BIG = 1e3  # outer soft-bin edges in log units: effectively infinite
-# King forward model's grids (king_builder's profile_points, speed_table_size).
+# Grids of a forward model that declares them (King and LIMEPY's
+# profile_points, speed_table_size).
 # Measured (taskset -c 1, float64, N = 2,000 King data, n_model = 1,000, at the
 # truth and two points ~1.5-2 units away in every parameter; soft-bin width
 # 0.05, the default then): a gradient of the
 # log-likelihood costs 16 ms instead of 67 ms at the default 1024 / 128, and the
 # summaries move by at most 2.8e-3 of their sd (log L by 0.017, its gradient by
 # 4e-4 relative). 256 / 32 (13 ms) already moves them by 0.05 sd.
-KING_PROFILE_POINTS = 256
-KING_SPEED_TABLE_SIZE = 64
+FORWARD_GRIDS = {"profile_points": 256, "speed_table_size": 64}
 # Soft-bin edge width in ln R and ln m. With common random numbers each model
 # star moves smoothly with theta, and crosses a bin edge over a change of ~width
 # in ln r_h; at width 0.05 those crossings put bumps of a few tenths into log L.
@@ -89,11 +96,27 @@ KING_SPEED_TABLE_SIZE = 64
 # run), 1 at width 0.2, with the posterior sds unchanged to within 8 %.
 DEFAULT_WIDTH = 0.2
 
+INITIAL_VALUES: dict[type, Callable] = {}
+"""Model class -> `f(data, total_mass, G)` giving data-based starting values of
+its parameters (registered by the model's inference module, e.g. `infer.king`);
+a model without one starts from the Plummer-based r_h and Q and its declared
+defaults."""
+FIDUCIAL_INSET = {"alpha": 0.05, "Q": 0.01}
+"""How far inside its prior's support the fiducial alpha is searched and Q
+clipped (with the default priors U(1.6, 3.5) and U(0.2, 1): [1.65, 3.45] and
+[0.21, 0.99])."""
+
+
+def _fiducial_bounds(priors: dict, name: str) -> tuple[float, float]:
+    support = priors[name].support
+    inset = FIDUCIAL_INSET[name]
+    return float(support.lower_bound) + inset, float(support.upper_bound) - inset
+
 
 class MockLikelihood(eqx.Module):
     """Everything the mock likelihood fixes before sampling (see the module docstring)."""
 
-    model: str = eqx.field(static=True)
+    model: type[AbstractClusterModel] = eqx.field(static=True)
     n_model: int = eqx.field(static=True)
     n_sph: int = eqx.field(static=True)
     num_density_bins: int = eqx.field(static=True)
@@ -153,17 +176,14 @@ def _summaries(spec: MockLikelihood, x, v, m, rho_probes, probe_group, error_var
     return jnp.concatenate(parts)
 
 
-def _forward(model: str, key, n: int, theta: dict, total_mass) -> tuple[Array, Array, Array]:
+def _forward(spec: MockLikelihood, key, theta: dict) -> tuple[Array, Array, Array]:
     """Model stars (x, v, m) in pc, km/s, Msun from the builder at `key` (3D)."""
-    if model == "plummer":
-        ic = plummer_builder(key, n=n, r_h=theta["r_h"], alpha=theta["alpha"], Q=None)
-    else:
-        ic = king_builder(
-            key, n=n, r_h=theta["r_h"], alpha=theta["alpha"], W0=theta["W0"], Q=None,
-            profile_points=KING_PROFILE_POINTS, speed_table_size=KING_SPEED_TABLE_SIZE,
-        )
+    declared = {p.name for p in spec.model.PARAMETERS}
+    parameters = {k: v for k, v in theta.items() if k in declared}
+    grids = {k: v for k, v in FORWARD_GRIDS.items() if k in declared}
+    ic = model_builder(key, spec.model, n=spec.n_model, alpha=theta["alpha"], Q=None, **parameters, **grids)
     s = ic.state
-    scale = jnp.sqrt(2.0 * theta["Q"] * total_mass / jnp.sum(s.masses))
+    scale = jnp.sqrt(2.0 * theta["Q"] * spec.total_mass / jnp.sum(s.masses))
     return s.positions, s.velocities * scale, s.masses
 
 
@@ -181,12 +201,12 @@ def model_summaries(spec: MockLikelihood, theta: dict, key=None, probes=None, pr
     key = spec.key if key is None else key
     probes = spec.probes if probes is None else probes
     probe_group = spec.probe_group if probe_group is None else probe_group
-    x, v, m = _forward(spec.model, key, spec.n_model, theta, spec.total_mass)
+    x, v, m = _forward(spec, key, theta)
     x, v = _observe_like(spec, x, v)
     x_sph = x[: spec.n_sph]
     n_probes = probes.shape[0]
     weights = jnp.concatenate([jnp.full((spec.n_sph,), 1.0 / spec.n_sph, x.dtype), jnp.zeros((n_probes,), x.dtype)])
-    rho = sph_density(jnp.concatenate([x_sph, probes.astype(x.dtype)]), weights, spec.h)[spec.n_sph:]
+    rho = sph_density(jnp.concatenate([x_sph, probes.astype(x.dtype)]), weights, spec.h)[spec.n_sph :]
     return _summaries(spec, x, v, m, rho, probe_group, spec.error_variance)
 
 
@@ -213,34 +233,33 @@ def data_summaries(spec: MockLikelihood, data: ObservedCluster, n_probes: int) -
 
 
 # -- construction -------------------------------------------------------------
-def _fiducial(data: ObservedCluster, model: str, total_mass) -> dict[str, float]:
-    from .initialization import plummer_initial_values
-    from .king import king_initial_values
-
-    alphas = np.linspace(1.65, 3.45, 37)
+def _fiducial(data: ObservedCluster, model: type[AbstractClusterModel], total_mass, priors) -> dict[str, float]:
+    """Starting point of the covariance simulations: alpha from the masses, r_h and
+    Q from the data (`INITIAL_VALUES` of the model where registered), the other
+    parameters at their declared defaults; alpha and Q inside their priors' supports."""
+    lo, hi = _fiducial_bounds(priors, "alpha")
+    alphas = np.linspace(lo, hi, 37)
     if data.masses is not None:
         log_l = [float(kroupa_log_likelihood(data.masses, a)) for a in alphas]
         alpha = float(alphas[int(np.argmax(log_l))])
     else:
         alpha = 2.3
     start = plummer_initial_values(data, total_mass, G_PHYSICAL)
-    fid = {"r_h": float(start["r_h"]), "alpha": alpha, "Q": float(start.get("Q", 0.5))}
-    if model == "king":
-        fid["W0"] = 6.0
-        if not data.projected:
-            king = king_initial_values(data, total_mass, G_PHYSICAL)
-            fid.update(r_h=float(king["r_h"]), W0=float(king["W0"]))
-            if "Q" in king:
-                fid["Q"] = float(king["Q"])
-    fid["Q"] = float(np.clip(fid["Q"], 0.21, 0.99))
+    fid = {p.name: float(p.default) for p in model.PARAMETERS if not p.static and p.default is not None}
+    fid.update(r_h=float(start["r_h"]), alpha=alpha, Q=float(start.get("Q", 0.5)))
+    if model in INITIAL_VALUES and not data.projected:
+        start = INITIAL_VALUES[model](data, total_mass, G_PHYSICAL)
+        fitted = {p.name for p in model.PARAMETERS} | {"Q"}  # not the frame (centre, bulk velocity)
+        fid.update({k: float(v) for k, v in start.items() if k in fitted})
+    fid["Q"] = float(np.clip(fid["Q"], *_fiducial_bounds(priors, "Q")))
     return fid
 
 
 def mock_likelihood(
     data: ObservedCluster,
-    model: str = "plummer",
+    model: str | type[AbstractClusterModel] = "plummer",
     *,
-    key=0,
+    key,
     n_model: int = 1000,
     n_sph: int = 500,
     n_probes: int = 256,
@@ -251,16 +270,20 @@ def mock_likelihood(
     num_covariance: int = 100,
     fiducial: dict | None = None,
     total_mass: float | None = None,
+    priors: dict | None = None,
 ) -> MockLikelihood:
-    """Set up the mock likelihood of `data` under `model` ("plummer" or "king").
+    """Set up the mock likelihood of `data` under any registered `model`.
 
     **Arguments:**
 
     - `data`: a concrete `ObservedCluster` (3D or projected positions; 3D or
       line-of-sight velocities, optional; masses optional).
-    - `model`: "plummer" or "king"; `key`: the common-random-numbers key (int or
-      `jax.random` key) of the forward model; the covariance simulations use
-      keys folded from it.
+    - `model`: a model name from `progenax.models.REGISTRY` ("plummer", "king",
+      "dehnen", ...) or a model class; its declared parameters are fitted
+      besides alpha and Q.
+    - `key` (required): the common-random-numbers key (int or `jax.random`
+      key) of the forward model; the covariance simulations use keys folded
+      from it.
     - `n_model`: stars in the forward model (static); `n_sph`: how many of them
       enter the SPH density (<= n_model); `n_probes`: observed stars where it is
       evaluated (<= n); `num_density_bins`, `num_velocity_bins`: radial groups.
@@ -270,23 +293,31 @@ def mock_likelihood(
     - `fiducial`: dict overriding the data-derived fiducial parameters.
     - `total_mass`: cluster mass (Msun) for the potential; default the sum of the
       observed masses (required without masses).
+    - `priors`: the priors of alpha and Q the sampler will use (numpyro
+      distributions with interval supports; default `shared_priors`): the
+      fiducial point is kept inside their supports.
 
     **Returns:** a `MockLikelihood`, to pass as `likelihood=` to `plummer_model` /
     `king_model`.
     """
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    model = resolve_model(model)
     if not isinstance(data, ObservedCluster):
         raise ValueError(f"data must be an ObservedCluster, got {type(data).__name__}")
-    for name, value, lo in [("n_model", n_model, 16), ("n_sph", n_sph, 16), ("n_probes", n_probes, 4),
-                            ("num_density_bins", num_density_bins, 1), ("num_velocity_bins", num_velocity_bins, 1),
-                            ("num_covariance", num_covariance, 8)]:
+    for name, value, lo in [
+        ("n_model", n_model, 16),
+        ("n_sph", n_sph, 16),
+        ("n_probes", n_probes, 4),
+        ("num_density_bins", num_density_bins, 1),
+        ("num_velocity_bins", num_velocity_bins, 1),
+        ("num_covariance", num_covariance, 8),
+    ]:
         check_static_int(name, value, lo)
     if n_sph > n_model:
         raise ValueError(f"n_sph must be <= n_model = {n_model}, got {n_sph}")
     if n_probes > data.n or num_density_bins > n_probes:
-        raise ValueError(f"need num_density_bins <= n_probes <= n (the data's {data.n} stars), got "
-                         f"{num_density_bins}, {n_probes}")
+        raise ValueError(
+            f"need num_density_bins <= n_probes <= n (the data's {data.n} stars), got {num_density_bins}, {n_probes}"
+        )
     if data.masses is None and total_mass is None:
         raise ValueError("total_mass is required when masses are not observed")
     if not (h_factor > 0 and width > 0):
@@ -299,20 +330,30 @@ def mock_likelihood(
     q = np.quantile(np.log(R[R > 0]), np.linspace(0, 1, num_velocity_bins + 1)[1:-1])
     errors = data.velocity_errors
     spec = MockLikelihood(
-        model=model, n_model=int(n_model), n_sph=int(n_sph), num_density_bins=int(num_density_bins),
-        projected=data.projected, line_of_sight=data.line_of_sight,
-        has_velocities=data.velocities is not None, has_masses=data.masses is not None,
-        key=key, probes=jnp.zeros((n_probes, data.positions.shape[1]), dtype),
+        model=model,
+        n_model=int(n_model),
+        n_sph=int(n_sph),
+        num_density_bins=int(num_density_bins),
+        projected=data.projected,
+        line_of_sight=data.line_of_sight,
+        has_velocities=data.velocities is not None,
+        has_masses=data.masses is not None,
+        key=key,
+        probes=jnp.zeros((n_probes, data.positions.shape[1]), dtype),
         probe_group=jnp.zeros((n_probes,), jnp.int32),
         h=float(h_factor * np.median(radius)),
         log_R_edges=jnp.asarray(np.concatenate([[-_BIG], q, [_BIG]]), dtype),
         log_m_edges=jnp.asarray(np.concatenate([np.log(MASS_EDGES), [_BIG]]), dtype),
         width=jnp.asarray(width, dtype),
         error_variance=jnp.asarray(0.0 if errors is None else float(np.mean(np.asarray(errors) ** 2)), dtype),
-        total_mass=M, observed=jnp.zeros(0, dtype), precision_cholesky=jnp.zeros((0, 0), dtype), fiducial={},
+        total_mass=M,
+        observed=jnp.zeros(0, dtype),
+        precision_cholesky=jnp.zeros((0, 0), dtype),
+        fiducial={},
     )
     t_obs, probes, group = data_summaries(spec, data, n_probes)
-    fid = _fiducial(data, model, None if total_mass is None else M)
+    merged_priors = {**shared_priors(data.projected, data.line_of_sight), **dict(priors or {})}
+    fid = _fiducial(data, model, None if total_mass is None else M, merged_priors)
     fid.update(fiducial or {})
     fid = {k: jnp.asarray(v, dtype) for k, v in fid.items()}
     spec = eqx.tree_at(lambda s: (s.probes, s.probe_group, s.observed, s.fiducial), spec, (probes, group, t_obs, fid))
@@ -327,18 +368,22 @@ def mock_likelihood(
 
 def _covariance(spec, data, fid, num, n_probes) -> Array:
     """Covariance of t_data - t_model over `num` simulations at the fiducial point."""
-    from .simulate import simulate_king, simulate_plummer
-
-    simulate = simulate_plummer if spec.model == "plummer" else simulate_king
-    extra = {"W0": fid["W0"]} if spec.model == "king" else {}
+    declared = {p.name for p in spec.model.PARAMETERS}
+    parameters = {k: v for k, v in fid.items() if k in declared}
     err = None if data.velocity_errors is None else float(np.sqrt(spec.error_variance))
     model_t = jax.jit(lambda k, probes, group: model_summaries(spec, fid, k, probes, group))
     diffs = []
     for j in range(num):
         k_data, k_model = jax.random.split(jax.random.fold_in(spec.key, 1000 + j))
-        mock = simulate(
-            k_data, n=data.n, r_h=fid["r_h"], alpha=fid["alpha"], Q=fid["Q"], **extra,
-            projected=data.projected, velocities="los" if data.line_of_sight else data.velocities is not None,
+        mock = simulate_model(
+            k_data,
+            spec.model,
+            n=data.n,
+            alpha=fid["alpha"],
+            Q=fid["Q"],
+            **parameters,
+            projected=data.projected,
+            velocities="los" if data.line_of_sight else data.velocities is not None,
             velocity_error=err,
         )
         if data.masses is None:
@@ -360,9 +405,8 @@ def mock_log_likelihood(spec: MockLikelihood, theta: dict) -> Array:
     return jnp.where(ok, -0.5 * jnp.sum(r**2), -jnp.inf)
 
 
-def mock_factor(spec: MockLikelihood, model: str, theta: dict) -> None:
+def mock_factor(spec: MockLikelihood, model: type[AbstractClusterModel], theta: dict) -> None:
     """Add the mock log-likelihood as the numpyro factor "log_likelihood"."""
-    if spec.model != model:
-        raise ValueError(f"this MockLikelihood was built for model {spec.model!r}, not {model!r}")
+    if spec.model is not model:
+        raise ValueError(f"this MockLikelihood was built for model {spec.model.NAME!r}, not {model.NAME!r}")
     numpyro.factor("log_likelihood", mock_log_likelihood(spec, theta))
-

@@ -19,14 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
 from .._types import Array, ArrayLike
+from ..models import Plummer
 from ..profiles.plummer import plummer_scale_radius
 from ..units import G_PHYSICAL
-from .data import ObservedCluster, _concrete
+from .data import ObservedCluster
+from .framework import FRAME_PARAMETERS, check_model_arguments, total_mass_of
 from .initialization import INIT_KEY, plummer_initial_values
 from .likelihoods import (
     kroupa_log_likelihood,
@@ -36,30 +37,16 @@ from .likelihoods import (
     plummer_velocity_logpdf,
 )
 from .los import plummer_los_error_logpdf, plummer_los_logpdf, plummer_projected_los_logpdf
+from .mock import MockLikelihood, mock_factor
+from .priors import shared_priors
 
-LIKELIHOODS = ("unbinned",)
 PARAMETERS = ("r_h", "alpha", "Q")
-FRAME_PARAMETERS = ("centre", "bulk_velocity")
-KROUPA_RANGE = (0.08, 100.0)
 
 
 def default_priors(projected: bool = False, line_of_sight: bool = False) -> dict[str, dist.Distribution]:
-    """The default priors.
-
-    r_h ~ LogUniform(0.1, 10) pc, alpha ~ Uniform(1.6, 3.5), Q ~ Uniform(0.2, 1);
-    the frame: each coordinate of `centre` ~ Normal(0, 10 pc) (2 coordinates for
-    projected data) and of `bulk_velocity` ~ Normal(0, 10 km/s) (a scalar for
-    line-of-sight velocities), broad next to their posterior widths (about
-    a / sqrt(n) and sigma / sqrt(n)).
-    """
-    bulk = dist.Normal(0.0, 10.0)
-    return {
-        "r_h": dist.LogUniform(0.1, 10.0),
-        "alpha": dist.Uniform(1.6, 3.5),
-        "Q": dist.Uniform(0.2, 1.0),
-        "centre": dist.Normal(0.0, 10.0).expand([2 if projected else 3]).to_event(1),
-        "bulk_velocity": bulk if line_of_sight else bulk.expand([3]).to_event(1),
-    }
+    """The default priors: r_h ~ LogUniform(0.1, 10) pc and the shared ones
+    (`progenax.infer.priors.shared_priors`: alpha, Q and the frame)."""
+    return {"r_h": dist.LogUniform(0.1, 10.0), **shared_priors(projected, line_of_sight)}
 
 
 def plummer_log_likelihood(
@@ -99,7 +86,7 @@ def plummer_log_likelihood(
     x = data.positions if centre is None else data.positions - centre
     total = jnp.zeros((), x.dtype)
     if data.velocities is not None:
-        M = _total_mass(data, total_mass)
+        M = total_mass_of(data, total_mass)
         v = data.velocities if bulk_velocity is None else data.velocities - bulk_velocity
         if data.line_of_sight:
             total += jnp.sum(_plummer_los_terms(data, x, v, a, M, Q, G))
@@ -128,52 +115,6 @@ def _plummer_los_terms(data, x, v, a, M, Q, G):
     else:
         log_v = plummer_los_error_logpdf(v, data.velocity_errors, w)
     return plummer_position_logpdf(x, a) + log_v
-
-
-def _total_mass(data: ObservedCluster, total_mass: ArrayLike | None) -> Array:
-    if total_mass is not None:
-        return jnp.asarray(total_mass)
-    if data.masses is None:
-        raise ValueError("total_mass is required when velocities are observed without masses")
-    return jnp.sum(data.masses)
-
-
-def check_model_arguments(
-    data, likelihood, priors: Mapping | None, names=PARAMETERS + FRAME_PARAMETERS, defaults=None
-) -> dict[str, dist.Distribution]:
-    """Eager checks of the model's static arguments and data; returns the merged priors.
-
-    `defaults(projected, line_of_sight)` gives the default priors (`default_priors`).
-    """
-    from .mock import MockLikelihood
-
-    if isinstance(likelihood, str) and likelihood == "mock":
-        raise ValueError(
-            "likelihood='mock' needs its covariance computed before sampling: pass "
-            "likelihood=progenax.infer.mock_likelihood(data, model, ...) instead of the string"
-        )
-    if not isinstance(likelihood, MockLikelihood) and likelihood not in LIKELIHOODS:
-        raise ValueError(
-            f"likelihood must be one of {LIKELIHOODS} or a MockLikelihood (progenax.infer.mock_likelihood), "
-            f"got {likelihood!r}"
-        )
-    if not isinstance(data, ObservedCluster):
-        raise ValueError(f"data must be an ObservedCluster (see progenax.infer.observe), got {type(data).__name__}")
-    merged = (defaults or default_priors)(data.projected, data.line_of_sight)
-    for name, prior in dict(priors or {}).items():
-        if name not in names:
-            raise ValueError(f"priors may only name {tuple(names)}, got {name!r}")
-        if not isinstance(prior, dist.Distribution):
-            raise ValueError(f"priors[{name!r}] must be a numpyro Distribution, got {prior!r}")
-        merged[name] = prior
-    if _concrete(data.masses):
-        m = np.asarray(data.masses)
-        lo, hi = KROUPA_RANGE
-        if (m < lo).any() or (m > hi).any():
-            raise ValueError(
-                f"masses must lie in the Kroupa IMF range [{lo}, {hi}] Msun, got min {m.min():.4g}, max {m.max():.4g}"
-            )
-    return merged
 
 
 def plummer_model(
@@ -222,14 +163,10 @@ def plummer_model(
     mcmc.run(jax.random.PRNGKey(1), data)
     ```
     """
-    from .mock import MockLikelihood, mock_factor
-
-    merged = check_model_arguments(data, likelihood, priors)
+    merged = check_model_arguments(data, likelihood, priors, PARAMETERS + FRAME_PARAMETERS, default_priors)
     if isinstance(likelihood, MockLikelihood):
-        if likelihood.model != "plummer":
-            raise ValueError(f"this MockLikelihood was built for model {likelihood.model!r}, not 'plummer'")
         params = {p: numpyro.sample(p, merged[p], infer={INIT_KEY: likelihood.fiducial[p]}) for p in PARAMETERS}
-        mock_factor(likelihood, "plummer", params)
+        mock_factor(likelihood, Plummer, params)
         return
     start = plummer_initial_values(data, total_mass, G)
 
@@ -239,7 +176,5 @@ def plummer_model(
     r_h, alpha, Q = (site(name) for name in PARAMETERS)
     centre = site("centre") if fit_frame else None
     bulk = site("bulk_velocity") if fit_frame and data.velocities is not None else None
-    log_l = plummer_log_likelihood(
-        data, r_h, alpha, Q, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk
-    )
+    log_l = plummer_log_likelihood(data, r_h, alpha, Q, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk)
     numpyro.factor("log_likelihood", log_l)

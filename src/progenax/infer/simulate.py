@@ -19,8 +19,34 @@ import jax
 import jax.numpy as jnp
 
 from .._types import ArrayLike, Key
-from ..builders import king_builder, plummer_builder
+from ..builders import model_builder, plummer_builder
+from ..models import King
 from .data import ObservedCluster, observe
+
+
+def simulate_model(
+    key: Key | int,
+    model,
+    *,
+    n: int,
+    alpha: ArrayLike = 2.3,
+    Q: ArrayLike = 0.5,
+    projected: bool = False,
+    velocities: bool | str = True,
+    velocity_error: float | None = None,
+    **parameters: ArrayLike,
+) -> ObservedCluster:
+    """An observed cluster of n stars drawn from any registered model (a name or a
+    class, `progenax.model_builder`), following the likelihoods' model: the
+    equilibrium DF velocities (`Q=None`) multiplied by sqrt(2Q). `**parameters`
+    are the model's own (`r_h`, `W0`, ...); other arguments as for `simulate_plummer`.
+    """
+    if isinstance(key, int):
+        key = jax.random.PRNGKey(key)
+    k_err = jax.random.fold_in(key, 1)  # error draws; the build uses `key` itself
+    ic = model_builder(key, model, n=n, alpha=alpha, Q=None, **parameters)
+    ic = eqx.tree_at(lambda c: c.state.velocities, ic, ic.state.velocities * jnp.sqrt(2.0 * jnp.asarray(Q)))
+    return observe(ic, projected=projected, velocities=velocities, velocity_error=velocity_error, key=k_err)
 
 
 def simulate_plummer(
@@ -50,15 +76,13 @@ def simulate_plummer(
 
     **Returns:** an `ObservedCluster` with positions, velocities and masses.
     """
+    observation = dict(projected=projected, velocities=velocities, velocity_error=velocity_error)
+    if not exact_virial:
+        return simulate_model(key, "plummer", n=n, r_h=r_h, alpha=alpha, Q=Q, **observation)
     if isinstance(key, int):
         key = jax.random.PRNGKey(key)
-    k_err = jax.random.fold_in(key, 1)  # error draws; the build uses `key` itself
-    if exact_virial:
-        ic = plummer_builder(key, n=n, r_h=r_h, alpha=alpha, Q=Q)
-    else:
-        ic = plummer_builder(key, n=n, r_h=r_h, alpha=alpha, Q=None)
-        ic = eqx.tree_at(lambda c: c.state.velocities, ic, ic.state.velocities * jnp.sqrt(2.0 * jnp.asarray(Q)))
-    return observe(ic, projected=projected, velocities=velocities, velocity_error=velocity_error, key=k_err)
+    ic = plummer_builder(key, n=n, r_h=r_h, alpha=alpha, Q=Q)
+    return observe(ic, **observation, key=jax.random.fold_in(key, 1))
 
 
 def simulate_king(
@@ -80,10 +104,15 @@ def simulate_king(
     centre, velocities in the centre-of-mass frame (as the builder leaves them).
     Other arguments as for `simulate_plummer`.
     """
-    if isinstance(key, int):
-        key = jax.random.PRNGKey(key)
-    k_err = jax.random.fold_in(key, 1)  # error draws; the build uses `key` itself
-    ic = king_builder(key, n=n, r_h=r_h, alpha=alpha, W0=W0, Q=None)
-    ic = eqx.tree_at(lambda c: c.state.velocities, ic, ic.state.velocities * jnp.sqrt(2.0 * jnp.asarray(Q)))
-    return observe(ic, projected=projected, velocities=velocities, velocity_error=velocity_error, key=k_err)
-
+    return simulate_model(
+        key,
+        King,
+        n=n,
+        r_h=r_h,
+        alpha=alpha,
+        Q=Q,
+        W0=W0,
+        projected=projected,
+        velocities=velocities,
+        velocity_error=velocity_error,
+    )

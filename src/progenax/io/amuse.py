@@ -64,8 +64,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .._version import __version__
+from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
+from ..state import InitialConditions, ParticleState
+from ..units import Units, physical_units
 from ._paths import writable_path
+from .gadget import check_unit_weights, is_gas
 
 INSTALL_HINT = (
     "the AMUSE format needs AMUSE, which is not installed (or does not import). "
@@ -96,7 +101,6 @@ def require_amuse():
 
 
 def _is_gas(ic) -> bool:
-    from .gadget import is_gas
 
     return is_gas(ic)
 
@@ -134,8 +138,6 @@ def to_amuse(ic, *, units: str | None = None):
     None, "physical", "henon".
     """
     particles_cls, amuse_units, nbody_system, _ = require_amuse()
-    from .. import __version__
-    from .gadget import check_unit_weights
 
     ic = _in_units(ic, units)
     check_unit_weights(ic, "amuse")
@@ -233,9 +235,6 @@ def read_amuse(path: str | os.PathLike):
     _, amuse_units, nbody_system, amuse_io = require_amuse()
     import jax.numpy as jnp
 
-    from ..state import InitialConditions, ParticleState
-    from ..units import Units, physical_units
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
@@ -266,8 +265,6 @@ def read_amuse(path: str | os.PathLike):
     state = ParticleState(jnp.asarray(pos), jnp.asarray(vel), jnp.asarray(mass))
     weights = jnp.ones(state.n, dtype=state.masses.dtype)
     if {"u", "h_smooth"} <= names and not nbody:
-        from ..gravoturb.cloud import GasCloud
-
         u = jnp.asarray(_value_in(particles.u, amuse_units.kms**2))
         h = jnp.asarray(_value_in(particles.h_smooth, amuse_units.parsec))
         return GasCloud(state, weights, u, h, RecordedModel(model, {}), {}, units)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..state import InitialConditions, ParticleState
+from ..units import physical_units
 from ._paths import writable_path
 
 COLUMNS = ("x_pc", "y_pc", "z_pc", "vx_kms", "vy_kms", "vz_kms", "mass_msun", "weight")
@@ -59,9 +61,6 @@ def read_csv(path: str | os.PathLike, *, model: str = "csv"):
     not a number; `FileNotFoundError` if the file does not exist.
     """
     import jax.numpy as jnp
-
-    from ..state import InitialConditions, ParticleState
-    from ..units import physical_units
 
     path = Path(path)
     if not path.is_file():

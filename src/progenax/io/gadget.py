@@ -82,7 +82,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .._version import __version__
+from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
+from ..state import InitialConditions, ParticleState
+from ..units import physical_units
 from ._paths import writable_path
 
 U_L_CGS = 3.0856775814913673e18
@@ -97,12 +101,13 @@ DEFAULT_PARTICLE_TYPE = 4
 
 
 def _check_particle_type(particle_type: int) -> int:
-    if isinstance(particle_type, bool) or not isinstance(particle_type, (int, np.integer)) or (
-        int(particle_type) not in PARTICLE_TYPES
+    if (
+        isinstance(particle_type, bool)
+        or not isinstance(particle_type, (int, np.integer))
+        or (int(particle_type) not in PARTICLE_TYPES)
     ):
         raise ValueError(
-            f"particle_type must be an integer in {PARTICLE_TYPES} (4: stars, 1: collisionless), "
-            f"got {particle_type!r}"
+            f"particle_type must be an integer in {PARTICLE_TYPES} (4: stars, 1: collisionless), got {particle_type!r}"
         )
     return int(particle_type)
 
@@ -171,8 +176,6 @@ def write_gadget(
     is negative; `FileNotFoundError` if the directory is missing.
     """
     import h5py
-
-    from .. import __version__
 
     ic_is_gas = is_gas(ic)
     if particle_type is None:
@@ -269,9 +272,6 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
     import h5py
     import jax.numpy as jnp
 
-    from ..state import InitialConditions, ParticleState
-    from ..units import physical_units
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
@@ -286,9 +286,7 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
         if particle_type is None:
             filled = [k for k in groups if "Coordinates" in f[f"PartType{k}"]]
             if len(filled) != 1:
-                raise ValueError(
-                    f"{str(path)!r} holds particles of types {filled}; pass particle_type= to choose one"
-                )
+                raise ValueError(f"{str(path)!r} holds particles of types {filled}; pass particle_type= to choose one")
             ptype = filled[0]
         else:
             ptype = _check_particle_type(particle_type)
@@ -337,8 +335,6 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
     state = ParticleState(jnp.asarray(pos), jnp.asarray(vel), jnp.asarray(mass))
     weights = jnp.ones(n, dtype=jnp.asarray(mass).dtype)
     if gas_arrays is not None:
-        from ..gravoturb.cloud import GasCloud
-
         energy, h = gas_arrays
         if energy.shape != (n,) or h.shape != (n,):
             raise ValueError(
@@ -348,5 +344,7 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
             energy = energy * scale_v**2
         if scale_l != 1.0:
             h = h * scale_l
-        return GasCloud(state, weights, jnp.asarray(energy), jnp.asarray(h), RecordedModel(model, {}), {}, physical_units())
+        return GasCloud(
+            state, weights, jnp.asarray(energy), jnp.asarray(h), RecordedModel(model, {}), {}, physical_units()
+        )
     return InitialConditions.from_record(state, weights, model, {}, physical_units())

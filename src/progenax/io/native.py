@@ -80,8 +80,16 @@ from typing import Any
 
 import numpy as np
 
+from .._version import __version__
+from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
+from ..state import InitialConditions, ParticleState
+from ..units import UNIT_SYSTEMS, Units
 from ._paths import writable_path
+from .amuse import read_amuse, write_amuse
+from .csv import read_csv, write_csv
+from .gadget import read_gadget, write_gadget
+from .nbody import read_nbody6, write_nbody6
 
 SCHEMA = "progenax-ic"
 SCHEMA_VERSION = 1
@@ -106,9 +114,7 @@ def file_format(path: str | os.PathLike) -> str:
     if suffix in NPZ_EXTENSIONS:
         return "npz"
     allowed = ", ".join(EXTENSIONS)
-    raise ValueError(
-        f"cannot tell the file format of {str(path)!r}: the extension must be one of {allowed}"
-    )
+    raise ValueError(f"cannot tell the file format of {str(path)!r}: the extension must be one of {allowed}")
 
 
 # --------------------------------------------------------------------------- write
@@ -128,7 +134,6 @@ def _is_gas(ic) -> bool:
 
 def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
     """The arrays, root attributes and parameters of `ic`, as numpy values."""
-    from .. import __version__
 
     s = ic.state
     arrays = {
@@ -203,22 +208,14 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
     path = Path(path)
     fmt = _check_format(format, path)
     if fmt == "gadget":
-        from .gadget import write_gadget
-
         return write_gadget(ic, path, **options)
     if fmt == "nbody6":
-        from .nbody import write_nbody6
-
         return write_nbody6(ic, path, **options)
     if fmt == "amuse":
-        from .amuse import write_amuse
-
         return write_amuse(ic, path, **options)
     if options:
         raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
     if fmt == "csv":
-        from .csv import write_csv
-
         return write_csv(ic, path)
     writable_path(path)
     arrays, attrs, params = _content(ic)
@@ -280,22 +277,14 @@ def read(path: str | os.PathLike, format: str | None = None, **options):
     path = Path(path)
     fmt = _check_format(format, path)
     if fmt == "gadget":
-        from .gadget import read_gadget
-
         return read_gadget(path, **options)
     if fmt == "nbody6":
-        from .nbody import read_nbody6
-
         return read_nbody6(path, **options)
     if fmt == "amuse":
-        from .amuse import read_amuse
-
         return read_amuse(path, **options)
     if options:
         raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
     if fmt == "csv":
-        from .csv import read_csv
-
         return read_csv(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
@@ -321,14 +310,12 @@ def _check_schema(path: Path, attrs: dict[str, Any], arrays: dict[str, Any]) -> 
     if schema is None or _text(schema) != SCHEMA:
         found = "no 'schema' attribute" if schema is None else f"schema {_text(schema)!r}"
         raise ValueError(
-            f"{str(path)!r} is not a progenax initial-conditions file "
-            f"(expected schema {SCHEMA!r}, found {found})"
+            f"{str(path)!r} is not a progenax initial-conditions file (expected schema {SCHEMA!r}, found {found})"
         )
     version = int(np.asarray(attrs.get("schema_version", -1)))
     if version != SCHEMA_VERSION:
         raise ValueError(
-            f"{str(path)!r} has {SCHEMA} schema_version {version}; "
-            f"this progenax reads version {SCHEMA_VERSION}"
+            f"{str(path)!r} has {SCHEMA} schema_version {version}; this progenax reads version {SCHEMA_VERSION}"
         )
     missing = [name for name in _ARRAYS if name not in arrays]
     missing += [name for name in ("model", "units", *_UNIT_SCALES) if name not in attrs]
@@ -375,7 +362,7 @@ def _read_npz(path: Path):
             if key in _ARRAYS or key in _GAS_ARRAYS:
                 arrays[key] = value
             elif key.startswith(_PARAM_PREFIX):
-                params[key[len(_PARAM_PREFIX):]] = value
+                params[key[len(_PARAM_PREFIX) :]] = value
             else:
                 attrs[key] = value
     _check_schema(path, attrs, arrays)
@@ -395,9 +382,6 @@ def _param_value(value: Any) -> Any:
 
 def _build(path: Path, arrays, attrs, params):
     import jax.numpy as jnp
-
-    from ..state import InitialConditions, ParticleState
-    from ..units import UNIT_SYSTEMS, Units
 
     units_name = _text(attrs["units"])
     if units_name not in UNIT_SYSTEMS:
@@ -425,10 +409,7 @@ def _build(path: Path, arrays, attrs, params):
         return InitialConditions.from_record(state, weights, model, params, units)
     if len(gas) != len(_GAS_ARRAYS) or any(arrays[name].shape != n for name in gas):
         shapes = {name: arrays[name].shape for name in gas}
-        raise ValueError(
-            f"{str(path)!r}: gas needs both {' and '.join(_GAS_ARRAYS)} of shape {n}, found {shapes}"
-        )
-    from ..gravoturb.cloud import GasCloud
+        raise ValueError(f"{str(path)!r}: gas needs both {' and '.join(_GAS_ARRAYS)} of shape {n}, found {shapes}")
 
     return GasCloud(
         state,

@@ -58,7 +58,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .._version import __version__
+from ..state import InitialConditions, ParticleState
+from ..units import henon_units
 from ._paths import writable_path
+from .gadget import check_unit_weights
 
 SIDECAR_SUFFIX = ".units.json"
 FORMAT_TAG = "progenax-nbody6"
@@ -85,8 +89,6 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
     **Raises:** `ValueError` if a weight is not 1; `FileNotFoundError` if the
     directory is missing.
     """
-    from .. import __version__
-    from .gadget import check_unit_weights
 
     path = writable_path(path)
     check_unit_weights(ic, "nbody6")
@@ -150,9 +152,6 @@ def read_nbody6(
     """
     import jax.numpy as jnp
 
-    from ..state import InitialConditions, ParticleState
-    from ..units import henon_units
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
@@ -161,9 +160,7 @@ def read_nbody6(
     except ValueError as err:
         raise ValueError(f"{str(path)!r} is not a numeric NBODY6 table ({err})") from None
     if table.shape[1] != 7:
-        raise ValueError(
-            f"{str(path)!r}: expected 7 columns (mass x y z vx vy vz), found {table.shape[1]}"
-        )
+        raise ValueError(f"{str(path)!r}: expected 7 columns (mass x y z vx vy vz), found {table.shape[1]}")
     meta: dict = {}
     side = sidecar_path(path)
     if side.is_file():

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from ..diagnostics import density_centre, half_mass_radius, virial_ratio
+
 
 def _diagnostics(ic) -> dict[str, Any]:
     """N, total mass, 3D half-mass radius and Q of `ic`, in its own units.
@@ -17,8 +19,6 @@ def _diagnostics(ic) -> dict[str, Any]:
     `virial_ratio(..., method="auto")` (exact pair sum up to 20,000 stars).
     """
     import jax.numpy as jnp
-
-    from ..diagnostics import density_centre, half_mass_radius, virial_ratio
 
     s = ic.state
     m = s.masses * ic.weights
@@ -72,10 +72,7 @@ def format_summary(ic) -> str:
     if henon:
         mass_line = f"{d['mass']:.6g} (Henon units) = {d['mass'] * mass:.6g} Msun"
         rh_line = f"{d['r_h']:.6g} (Henon units) = {d['r_h'] * length:.6g} pc (3D)"
-        units_line = (
-            f"henon: G = M = 1; length {length:.6g} pc, mass {mass:.6g} Msun, "
-            f"velocity {velocity:.6g} km/s"
-        )
+        units_line = f"henon: G = M = 1; length {length:.6g} pc, mass {mass:.6g} Msun, velocity {velocity:.6g} km/s"
     else:
         mass_line = f"{d['mass']:.6g} Msun"
         rh_line = f"{d['r_h']:.6g} pc (3D)"

@@ -55,7 +55,7 @@ any cluster.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -355,6 +355,11 @@ def sample_radial_cosine(a: Array, u: Array, *, num_steps: int = 10) -> Array:
     guess = jnp.sqrt(jnp.clip(1.0 + jax.lax.stop_gradient(log_u) / jnp.where(big, a_ng, 1.0), 0.0, 1.0))
     guess = jnp.where(big, jnp.maximum(u_ng, guess), u_ng)
     return solve_increasing(
-        log_cdf, log_u, u_ng, jnp.ones_like(u_ng), num_steps=num_steps,
-        F_hi=jnp.zeros_like(u_ng), x0=guess,
+        log_cdf,
+        log_u,
+        u_ng,
+        jnp.ones_like(u_ng),
+        num_steps=num_steps,
+        F_hi=jnp.zeros_like(u_ng),
+        x0=guess,
     )

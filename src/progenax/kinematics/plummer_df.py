@@ -42,7 +42,7 @@ def speed_fraction_cdf(theta: Array) -> Array:
     return total / (14.0 * np.pi)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _theta_quantiles(size: int) -> np.ndarray:
     return quantile_table(speed_fraction_cdf, 0.0, 0.5 * np.pi, size)
 

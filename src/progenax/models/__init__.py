@@ -12,9 +12,11 @@ from ._base import Interval as Interval
 from ._base import NoAnalyticFormError as NoAnalyticFormError
 from ._base import Parameter as Parameter
 from ._base import RecordedModel as RecordedModel
+from ._base import as_model as as_model
 from ._base import density_at as density_at
 from ._base import model_from_record as model_from_record
 from .eff import EFF as EFF
+from .king import King as King
 from .lowered_isothermal import LoweredIsothermal as LoweredIsothermal
 from .plummer import Plummer as Plummer
 
@@ -22,12 +24,14 @@ __all__ = [
     "REGISTRY",
     "AbstractClusterModel",
     "EFF",
+    "King",
     "Interval",
     "LoweredIsothermal",
     "NoAnalyticFormError",
     "Parameter",
     "Plummer",
     "RecordedModel",
+    "as_model",
     "density_at",
     "model_from_record",
 ]

@@ -3,7 +3,9 @@ r"""The model layer's contract: what a cluster model is and what it declares.
 A model is an `equinox.Module` whose fields are its physical parameters (lengths
 in pc) plus the cluster's `total_mass` (Msun) and `G` (pc Msun^-1 (km/s)^2 by
 default), so that `density(r)` (Msun pc^-3), `enclosed_mass(r)` (Msun) and
-`potential(r)` ((km/s)^2) are the cluster's own. Each model class declares
+`potential(r)` ((km/s)^2) are the cluster's own (`total_mass` is the drawn
+stars' mass, unweighted: callers that weight stars, relaxation and the plot,
+pass the weighted mass with `with_mass`). Each model class declares
 its parameters once, in `PARAMETERS`: their supports (checked eagerly, or
 under `jit` through `equinox.error_if`), defaults, units and the values the
 gradient audit uses. Builders, the command line, the audit, relaxation, the
@@ -13,8 +15,8 @@ outside `progenax.models` switches on a model's name.
 A spherical model needs only `mass_fraction`, `density` and `potential`:
 radii then come from a numerical inverse of $M(<r)$ and isotropic speeds from
 the generic Eddington inversion of its own DF (`progenax.models.eddington`).
-Models with closed forms (Plummer, the lowered isothermal family) override the
-samplers.
+Models with closed forms (Plummer's DF, the lowered isothermal family's own DF,
+EFF's Jeans Gaussians) override the samplers.
 """
 
 from __future__ import annotations
@@ -26,17 +28,23 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike
-from ..sampling import isotropic_directions, uniform_open
+from ..sampling import isotropic_directions, safe_norm, uniform_open
 from ..units import G_PHYSICAL
-from ..validation import ParameterChecks
+from ..validation import ParameterChecks, check_static_int
 from .eddington import radii_from_mass_fraction, sample_eddington_speeds
+
 
 class NoAnalyticFormError(NotImplementedError, ValueError):
     """A model lacks what was asked of it (a density, a potential, a sampler)."""
 
 
-REGISTRY: dict[str, type["AbstractClusterModel"]] = {}
+REGISTRY: dict[str, type[AbstractClusterModel]] = {}
 """Model name -> class, filled as each model's module is imported."""
+
+
+def optional_array(x):
+    """A field converter: None stays None, anything else becomes an array."""
+    return None if x is None else jnp.asarray(x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +59,12 @@ class Interval:
     def check(self, checks: ParameterChecks, name: str, value: ArrayLike) -> Array:
         """`value` as a float array, its range check recorded in `checks`."""
         return checks.range(
-            name, value, lower=self.lower, upper=self.upper,
-            lower_inclusive=self.lower_inclusive, upper_inclusive=self.upper_inclusive,
+            name,
+            value,
+            lower=self.lower,
+            upper=self.upper,
+            lower_inclusive=self.lower_inclusive,
+            upper_inclusive=self.upper_inclusive,
         )
 
     def describe(self) -> str:
@@ -69,7 +81,8 @@ class Parameter:
       command line); `doc`: one line; `unit`: e.g. "pc" or "" (dimensionless).
     - `support`: the `Interval` of allowed values.
     - `default`: the builder default (None: optional, absent by default).
-    - `static`: a Python value fixed at trace time (a grid size), not traced.
+    - `static`: a Python int fixed at trace time (a grid size), not traced; its
+      support's (inclusive) lower end is the smallest allowed value.
     - `audit`: `(value, (low_edge, high_edge))` for the gradient audit, or None
       for a parameter the audit skips (static ones).
     """
@@ -88,7 +101,9 @@ class AbstractClusterModel(eqx.Module):
 
     **Subclasses define** the class variables `NAME` (registry key) and
     `PARAMETERS` (tuple of `Parameter`), the fields named in `PARAMETERS` plus
-    `total_mass` and `G`, and the methods `mass_fraction(r)` ($M(<r)/M$),
+    `total_mass` and `G` (one of them `r_h`, the 3D half-mass radius in pc: the
+    builders take their dtype from it and the generic samplers' grids scale
+    with it), and the methods `mass_fraction(r)` ($M(<r)/M$),
     `density(r)` and `potential(r)`. They may override `sample_radii`,
     `sample_speeds` and `sample_phase_space` where a closed form exists, and
     `record()` to add derived quantities to the builder's `params`.
@@ -96,6 +111,15 @@ class AbstractClusterModel(eqx.Module):
 
     NAME: ClassVar[str] = ""
     PARAMETERS: ClassVar[tuple[Parameter, ...]] = ()
+    BUILDER: ClassVar[str] = "model_builder"
+    """The exported builder that draws this model. A model without a named
+    builder of its own is drawn by `model_builder`, and the gradient audit
+    then checks its declared parameters (their `audit` values) through it."""
+    DEFAULT_Q: ClassVar[float | None] = 0.5
+    """The virial ratio the command line scales to by default (None: the DF's own
+    equilibrium velocities, for models sampled from their DF without rescaling)."""
+    FIXED: ClassVar[dict[str, float]] = {}
+    """Constructor arguments held fixed (not parameters), passed by builders as arrays."""
     CENTRE_POSITIONS: ClassVar[bool] = True
     """Whether builders move positions to the centre of mass (False for models
     whose centre of mass has a heavy-tailed scatter: they stay about the model
@@ -103,7 +127,7 @@ class AbstractClusterModel(eqx.Module):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.NAME:
+        if cls.__dict__.get("NAME"):  # its own name: a subclass does not take its parent's entry
             REGISTRY[cls.NAME] = cls
 
     # -- declared parameters --------------------------------------------------
@@ -133,7 +157,9 @@ class AbstractClusterModel(eqx.Module):
         out = {}
         for name, p in known.items():
             value = values.get(name, p.default)
-            if value is None or p.static:
+            if p.static:
+                out[name] = check_static_int(name, value, int(p.support.lower))
+            elif value is None:
                 out[name] = value
             else:
                 out[name] = p.support.check(checks, name, value)
@@ -146,8 +172,9 @@ class AbstractClusterModel(eqx.Module):
 
     def record(self) -> dict[str, Array]:
         """The parameters a builder records in `InitialConditions.params`."""
-        return {p.name: getattr(self, p.name) for p in self.PARAMETERS
-                if not p.static and getattr(self, p.name) is not None}
+        return {
+            p.name: getattr(self, p.name) for p in self.PARAMETERS if not p.static and getattr(self, p.name) is not None
+        }
 
     @classmethod
     def from_record(cls, params: dict[str, Any], total_mass=None, G: float = G_PHYSICAL):
@@ -156,7 +183,12 @@ class AbstractClusterModel(eqx.Module):
         mass = jnp.asarray(1.0 if total_mass is None else total_mass)
         return cls(**kw, total_mass=mass, G=G)
 
-    def with_mass(self, total_mass: ArrayLike) -> "AbstractClusterModel":
+    def prepared(self) -> AbstractClusterModel:
+        """The model with anything it computes lazily computed now (a model read
+        from a file solves its profile here), for use in many calls or a loop."""
+        return self
+
+    def with_mass(self, total_mass: ArrayLike) -> AbstractClusterModel:
         """The same model for a cluster of total mass `total_mass` (Msun)."""
         return eqx.tree_at(lambda m: m.total_mass, self, jnp.asarray(total_mass))
 
@@ -221,20 +253,24 @@ class RecordedModel(AbstractClusterModel):
     def record(self) -> dict[str, Array]:
         return dict(self.params)
 
+    def sample_radii(self, key, n, dtype):
+        raise NoAnalyticFormError(f"model {self.name!r} cannot be sampled (no analytic model)")
+
+    def sample_speeds(self, key, radii):
+        raise NoAnalyticFormError(f"model {self.name!r} has no distribution function to draw speeds from")
+
     def sample_phase_space(self, keys, n, dtype):
         raise NoAnalyticFormError(f"model {self.name!r} cannot be sampled (no analytic model)")
 
 
-def _radius(x: Array) -> Array:
-    """|x| with a zero-safe gradient (double where)."""
-    r2 = jnp.sum(x * x, axis=-1)
-    pos = r2 > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, r2, 1.0)), 0.0)
+def as_model(model: AbstractClusterModel | str) -> AbstractClusterModel:
+    """A model as it is, or a bare name as a `RecordedModel` (containers built by hand)."""
+    return RecordedModel(model, {}) if isinstance(model, str) else model
 
 
 def density_at(model: AbstractClusterModel, x: Array) -> Array:
     """The model's density at positions x (..., 3) about the origin."""
-    return model.density(_radius(x))
+    return model.density(safe_norm(x))
 
 
 def model_from_record(name: str, params: dict[str, Any], total_mass=None, G: float = G_PHYSICAL):
@@ -251,4 +287,3 @@ def model_from_record(name: str, params: dict[str, Any], total_mass=None, G: flo
         except (KeyError, TypeError):
             pass  # the file lacks the model's parameters: keep what it has
     return RecordedModel(name, dict(params), total_mass, G)
-

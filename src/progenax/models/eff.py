@@ -31,7 +31,7 @@ from ..profiles.eff import (
 from ..sampling import isotropic_directions, uniform_open
 from ..units import G_PHYSICAL
 from ..validation import ParameterChecks
-from ._base import AbstractClusterModel, Interval, Parameter
+from ._base import AbstractClusterModel, Interval, Parameter, optional_array
 
 UNTRUNCATED_GAMMA = Interval(2.0)
 """gamma's support without r_t (finite mass); with r_t any gamma > 0."""
@@ -42,17 +42,23 @@ class EFF(AbstractClusterModel):
     truncation radius `r_t` (pc, or None for the infinite model)."""
 
     NAME: ClassVar[str] = "eff"
+    BUILDER: ClassVar[str] = "eff_builder"
     PARAMETERS: ClassVar[tuple[Parameter, ...]] = (
-        Parameter("gamma", Interval(0.0), 3.0, "surface-density slope (> 2 untruncated, > 0 with r_t)",
-                  audit=(3.0, (2.05, 12.0))),
+        Parameter(
+            "gamma",
+            Interval(0.0),
+            3.0,
+            "surface-density slope (> 2 untruncated, > 0 with r_t)",
+            audit=(3.0, (2.05, 12.0)),
+        ),
         Parameter("r_h", Interval(0.0), 1.0, "3D half-mass radius", "pc", audit=(1.0, (1e-3, 1e3))),
         Parameter("r_t", Interval(0.0), None, "truncation radius (None: untruncated)", "pc"),
     )
     CENTRE_POSITIONS: ClassVar[bool] = False
 
-    gamma: Array
-    r_h: Array
-    r_t: Array | None = None
+    gamma: Array = eqx.field(converter=jnp.asarray)
+    r_h: Array = eqx.field(converter=jnp.asarray)
+    r_t: Array | None = eqx.field(default=None, converter=optional_array)
     total_mass: Array = eqx.field(default=1.0, converter=jnp.asarray)
     G: float = eqx.field(static=True, default=G_PHYSICAL)
 
@@ -63,6 +69,13 @@ class EFF(AbstractClusterModel):
         else:
             bad = truncated_half_mass_unreachable(values["r_h"], values["r_t"], values["gamma"])
             checks.condition(bad, TRUNCATED_HALF_MASS_MESSAGE)
+
+    @classmethod
+    def from_record(cls, params: dict[str, Any], total_mass=None, G: float = G_PHYSICAL):
+        r_t = params.get("r_t")
+        if r_t is not None and not isinstance(r_t, jax.core.Tracer) and not bool(jnp.isfinite(jnp.asarray(r_t))):
+            params = {k: v for k, v in params.items() if k != "r_t"}  # recorded as inf: untruncated
+        return super().from_record(params, total_mass, G)
 
     @property
     def scale_radius(self) -> Array:

@@ -3,7 +3,8 @@ r"""The lowered isothermal family (King 1966, LIMEPY: Gieles & Zocchi 2015) as a
 The isotropic DF $f \propto E_\gamma(g, \varepsilon)$ ($g = 0$ Woolley, 1 King,
 2 Wilson, any $0 \le g < 3.5$) with central potential $W_0$, optionally with
 Michie-type radial anisotropy beyond $r_a$ (King radii). The profile is solved
-once when the model is made (`progenax.profiles.king.solve_king_profile`);
+once when the model is made (`progenax.profiles.king.solve_king_profile`; a
+model read back from a file solves it when first asked);
 speeds come from the model's own DF (`progenax.kinematics.king_df`), so every
 star is bound and the cluster is in equilibrium without rescaling.
 
@@ -25,7 +26,6 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._fusion import materialize
 from .._types import Array, ArrayLike
@@ -38,6 +38,7 @@ from ..profiles.king import (
     king_potential,
     king_radius_of_potential,
     king_sample_radii,
+    king_velocity_scale_squared,
     solve_king_profile,
 )
 from ..sampling import isotropic_directions, uniform_open
@@ -55,61 +56,94 @@ def _as_float(x):
 
 class LoweredIsothermal(AbstractClusterModel):
     """A single-mass lowered-isothermal model: `W0`, `g`, `ra` (King radii, or None),
-    3D half-mass radius `r_h` (pc); `family` "king" (g = 1, recorded without g) or
-    "limepy". `profile_points` and `speed_table_size` are the grid sizes of the
-    profile solve and the speed table (static)."""
+    3D half-mass radius `r_h` (pc). `profile_points` and `speed_table_size` are the
+    grid sizes of the profile solve and the speed table (static). `King` is the
+    g = 1 member under its own name."""
 
     NAME: ClassVar[str] = "limepy"
+    BUILDER: ClassVar[str] = "limepy_builder"
+    # No audit points: limepy_builder's entries are written out in audit.py
+    # (with Q = 0.5, so that they share one compile of the builder).
     PARAMETERS: ClassVar[tuple[Parameter, ...]] = (
-        Parameter("W0", W0_SUPPORT, 6.0, "dimensionless central potential", audit=(6.0, (0.5, 12.0))),
-        Parameter("g", Interval(0.0, G_MAX, lower_inclusive=True), 1.0, "truncation index (1: King)",
-                  audit=(1.0, (0.05, 2.5))),
+        Parameter("W0", W0_SUPPORT, 6.0, "dimensionless central potential"),
+        Parameter("g", Interval(0.0, G_MAX, lower_inclusive=True), 1.0, "truncation index (1: King)"),
         Parameter("ra", Interval(0.0), None, "anisotropy radius (None: isotropic)", "King radii"),
-        Parameter("r_h", Interval(0.0), 1.0, "3D half-mass radius", "pc", audit=(1.0, (1e-3, 1e3))),
-        Parameter("profile_points", Interval(63.0), 1024, "nodes of the profile solve", static=True),
-        Parameter("speed_table_size", Interval(7.0), 128, "rows and columns of the speed table", static=True),
+        Parameter("r_h", Interval(0.0), 1.0, "3D half-mass radius", "pc"),
+        Parameter(
+            "profile_points", Interval(64, lower_inclusive=True), 1024, "nodes of the profile solve", static=True
+        ),
+        # speed_table itself runs from 2 rows and 1 column; below 8 (a cell of 1/8 in
+        # v / v_esc, 1/7 of W0 per row) the cubic-Hermite CDF is too coarse to be useful.
+        Parameter(
+            "speed_table_size",
+            Interval(8, lower_inclusive=True),
+            128,
+            "rows and columns of the speed table",
+            static=True,
+        ),
     )
     CENTRE_POSITIONS: ClassVar[bool] = False
+    DEFAULT_Q: ClassVar[float | None] = None
 
     W0: Array
     g: Array
     r_h: Array
     ra: Array | None
-    profile: KingProfile
+    profile: KingProfile | None
+    """The solved profile; None in a model read back from a file
+    (`solve=False`), which solves it on each use instead (12 s, un-jitted)."""
     total_mass: Array
     G: float = eqx.field(static=True)
-    family: str = eqx.field(static=True)
     profile_points: int = eqx.field(static=True)
     speed_table_size: int = eqx.field(static=True)
 
-    def __init__(self, W0=6.0, g=1.0, r_h=1.0, ra=None, total_mass=1.0, G=G_PHYSICAL, *,
-                 family="limepy", profile_points=1024, speed_table_size=128):
+    def __init__(
+        self,
+        W0=6.0,
+        g=1.0,
+        r_h=1.0,
+        ra=None,
+        total_mass=1.0,
+        G=G_PHYSICAL,
+        *,
+        profile_points=1024,
+        speed_table_size=128,
+        solve=True,
+    ):
         self.r_h = _as_float(r_h)
         dtype = self.r_h.dtype
         self.W0 = jnp.asarray(W0).astype(dtype)
         self.g = jnp.asarray(g).astype(dtype)
         self.ra = None if ra is None else jnp.asarray(ra).astype(dtype)
         self.total_mass = jnp.asarray(total_mass)
-        self.G, self.family = G, family
+        self.G = G
         self.profile_points, self.speed_table_size = int(profile_points), int(speed_table_size)
-        self.profile = solve_king_profile(self.W0, self.g, self.ra, num_points=self.profile_points)
-
-    @property
-    def name(self) -> str:
-        return self.family
+        self.profile = self.solve() if solve else None
 
     @classmethod
     def from_record(cls, params: dict[str, Any], total_mass=None, G: float = G_PHYSICAL):
+        """The model of a file: its profile is solved only when asked for."""
         if any(k in params for k in MULTIMASS_KEYS):
-            return RecordedModel(params.get("model", "limepy"), dict(params), total_mass, G)
-        family = "limepy" if "g" in params else "king"
-        return cls(params["W0"], params.get("g", 1.0), params["r_h"], params.get("ra"),
-                   1.0 if total_mass is None else total_mass, G, family=family)
+            return RecordedModel(cls.NAME, dict(params), total_mass, G)
+        kw = {p.name: params[p.name] for p in cls.PARAMETERS if p.name in params}
+        return cls(**kw, total_mass=1.0 if total_mass is None else total_mass, G=G, solve=False)
+
+    def prepared(self) -> LoweredIsothermal:
+        """The model with its profile solved (once), e.g. for a model read from a file."""
+        if self.profile is not None:
+            return self
+        return eqx.tree_at(lambda m: m.profile, self, self.solve(), is_leaf=lambda x: x is None)
+
+    def solve(self) -> KingProfile:
+        """The profile of (W0, g, ra) on `profile_points` nodes (`solve_king_profile`)."""
+        return solve_king_profile(self.W0, self.g, self.ra, num_points=self.profile_points)
+
+    @property
+    def solved(self) -> KingProfile:
+        return self.solve() if self.profile is None else self.profile
 
     def record(self) -> dict[str, Array]:
-        params = {"W0": self.W0, "r_h": self.r_h, "r_t": self.r_t}
-        if self.family == "limepy":
-            params["g"] = self.g
+        params = {"W0": self.W0, "r_h": self.r_h, "r_t": self.r_t, "g": self.g}
         if self.ra is not None:
             params["ra"] = self.ra
         return params
@@ -118,30 +152,32 @@ class LoweredIsothermal(AbstractClusterModel):
     @property
     def length_unit(self) -> Array:
         """L = r_h / r_h(model): pc per King radius."""
-        return self.r_h / self.profile.r_h
+        return self.r_h / self.solved.r_h
 
     @property
     def r_t(self) -> Array:
         """Tidal radius (pc)."""
-        return self.profile.r_t * self.length_unit
+        p = self.solved
+        return p.r_t * (self.r_h / p.r_h)
 
     def velocity_scale(self) -> Array:
         r"""$s = \sqrt{4\pi G M / (9 L \hat M_t)}$ (km/s), the DF's velocity unit."""
-        return jnp.sqrt(4.0 * np.pi * self.G * self.total_mass / (9.0 * self.length_unit * self.profile.total_mass))
+        p = self.solved
+        return jnp.sqrt(king_velocity_scale_squared(self.G, self.total_mass, self.r_h / p.r_h, p.total_mass))
 
     # -- the model's functions ------------------------------------------------------
     def dimensionless_potential(self, r: ArrayLike) -> Array:
         """W(r) >= 0 at radii r (pc); 0 beyond the tidal radius."""
-        return jnp.maximum(king_potential(self.profile, jnp.asarray(r) / self.length_unit), 0.0)
+        return jnp.maximum(king_potential(self.solved, jnp.asarray(r) / self.length_unit), 0.0)
 
     def density(self, r: ArrayLike) -> Array:
         """The solved profile's density at r (pc), zero beyond r_t."""
-        L = self.length_unit
-        scale = self.total_mass / (self.profile.total_mass * L**3)
-        return scale * jnp.interp(jnp.asarray(r) / L, self.profile.r, self.profile.density, right=0.0)
+        p, L = self.solved, self.length_unit
+        scale = self.total_mass / (p.total_mass * L**3)
+        return scale * jnp.interp(jnp.asarray(r) / L, p.r, p.density, right=0.0)
 
     def mass_fraction(self, r: ArrayLike) -> Array:
-        p = self.profile
+        p = self.solved
         return jnp.interp(jnp.asarray(r) / self.length_unit, p.r, p.mass, right=p.total_mass) / p.total_mass
 
     def potential(self, r: ArrayLike) -> Array:
@@ -169,7 +205,7 @@ class LoweredIsothermal(AbstractClusterModel):
 
     def sample_phase_space(self, keys, n: int, dtype) -> tuple[Array, Array]:
         k_r, k_rdir, k_v, k_vdir = keys
-        r_model, W = king_sample_radii(self.profile, uniform_open(k_r, (n,), dtype))
+        r_model, W = king_sample_radii(self.solved, uniform_open(k_r, (n,), dtype))
         pos = W > 0  # double where: sqrt'(0) never reaches a gradient
         v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
         radii = materialize(r_model * self.length_unit)
@@ -189,8 +225,11 @@ class LoweredIsothermal(AbstractClusterModel):
         inv_ra2 = 1.0 / self.ra**2
         size = self.speed_table_size
         table = speed_table(
-            self.W0, self.g, num_W=size, num_q=size,
-            row_anisotropy=lambda Wi: king_radius_of_potential(self.profile, Wi) ** 2 * inv_ra2,
+            self.W0,
+            self.g,
+            num_W=size,
+            num_q=size,
+            row_anisotropy=lambda Wi: king_radius_of_potential(self.solved, Wi) ** 2 * inv_ra2,
         )
         q = sample_speed_fraction(table, W, uniform_open(k_q, (n,), dtype))
         mu = sample_radial_cosine(r_model**2 * inv_ra2 * W * q**2, uniform_open(k_mu, (n,), dtype))

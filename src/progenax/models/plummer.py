@@ -34,11 +34,12 @@ class Plummer(AbstractClusterModel):
     """The Plummer sphere of 3D half-mass radius `r_h` (pc)."""
 
     NAME: ClassVar[str] = "plummer"
+    BUILDER: ClassVar[str] = "plummer_builder"
     PARAMETERS: ClassVar[tuple[Parameter, ...]] = (
         Parameter("r_h", Interval(0.0), 1.0, "3D half-mass radius", "pc", audit=(1.0, (1e-3, 1e3))),
     )
 
-    r_h: Array
+    r_h: Array = eqx.field(converter=jnp.asarray)
     total_mass: Array = eqx.field(default=1.0, converter=jnp.asarray)
     G: float = eqx.field(static=True, default=G_PHYSICAL)
 

@@ -289,9 +289,20 @@ def solve_king_profile(
     r_v = total_mass**2 / (2.0 * q_nodes[-1])
     c = jnp.log10(r_t)
     profile = KingProfile(
-        r=r, W=W, W_raw=W_raw, density=density, mass=mass, total_mass=total_mass,
-        r_t=r_t, r_h=r_h, r_v=r_v, c=c, W0=W0, g=g,
-        ra=None if ra is None else ra.astype(dtype), beta=beta,
+        r=r,
+        W=W,
+        W_raw=W_raw,
+        density=density,
+        mass=mass,
+        total_mass=total_mass,
+        r_t=r_t,
+        r_h=r_h,
+        r_v=r_v,
+        c=c,
+        W0=W0,
+        g=g,
+        ra=None if ra is None else ra.astype(dtype),
+        beta=beta,
     )
     # Tied to every leaf, so the check fires whichever output a jitted caller keeps.
     return eqx.error_if(profile, ~jnp.any(crossed), TOO_LARGE_MESSAGE)
@@ -365,6 +376,13 @@ def king_sample_radii(profile: KingProfile, u: Array, *, num_steps: int = 6) -> 
     return radius, jnp.maximum(W_at, 0.0)
 
 
+def king_velocity_scale_squared(G: ArrayLike, total_mass: ArrayLike, length: ArrayLike, model_mass: ArrayLike) -> Array:
+    r"""$s^2 = 4\pi G M / (9 L \hat M_t)$: the square of the DF's velocity unit for a
+    cluster of mass M whose King radius is L (length) and whose model mass in
+    King units is $\hat M_t$ (from $G M / (s^2 L) = \tfrac{9}{4\pi}\hat M_t$)."""
+    return 4.0 * np.pi * G * total_mass / (9.0 * length * model_mass)
+
+
 def king_potential(profile: KingProfile, radius: ArrayLike) -> Array:
     """Clamped dimensionless potential W(r) at radii in King radii (0 beyond r_t)."""
     radius = jnp.asarray(radius)
@@ -386,9 +404,7 @@ def king_radius_of_potential(profile: KingProfile, W: ArrayLike, *, num_steps: i
     r, _, _, Wn, dW = _truncated_nodes(profile)
     target = -jnp.asarray(W)
     size = r.shape[0]
-    k = jnp.clip(
-        jnp.searchsorted(jax.lax.stop_gradient(-Wn), jax.lax.stop_gradient(target), side="right"), 1, size - 1
-    )
+    k = jnp.clip(jnp.searchsorted(jax.lax.stop_gradient(-Wn), jax.lax.stop_gradient(target), side="right"), 1, size - 1)
     r_lo, r_hi, w_lo, w_hi, d_lo, d_hi = r[k - 1], r[k], Wn[k - 1], Wn[k], dW[k - 1], dW[k]
 
     def minus_W(x):
@@ -468,9 +484,16 @@ def _solve_multimass_ode(W0, g, kappa, b, s_grid, num_points):
     q_start = 0.6 * m_start**2 / r1
     y0 = (W_start, z_start.astype(dtype), jnp.asarray(q_start, dtype), (four_pi / 3.0 * r1**3) * kappa)
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs), diffrax.Tsit5(), t0=s_grid[0], t1=s_grid[-1], dt0=None, y0=y0,
-        saveat=diffrax.SaveAt(ts=s_grid), stepsize_controller=diffrax.StepTo(ts=s_grid),
-        max_steps=num_points, adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=num_points),
+        diffrax.ODETerm(rhs),
+        diffrax.Tsit5(),
+        t0=s_grid[0],
+        t1=s_grid[-1],
+        dt0=None,
+        y0=y0,
+        saveat=diffrax.SaveAt(ts=s_grid),
+        stepsize_controller=diffrax.StepTo(ts=s_grid),
+        max_steps=num_points,
+        adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=num_points),
     )
     return sol.ys
 
@@ -553,9 +576,22 @@ def solve_multimass_king_profile(
     r_h_j = jax.vmap(lambda m, dm: _half_radius(r, m, dm, num_points))(mass_j, dmass_j)
     r_h = _half_radius(r, mass, jnp.sum(dmass_j, axis=0), num_points)
     profile = MultiMassKingProfile(
-        r=r, W=jnp.maximum(W_raw, 0.0), W_raw=W_raw, mass=mass, mass_j=mass_j, density_j=density_j,
-        total_mass=mass[-1], total_mass_j=total_mass_j, r_t=r_t, r_h=r_h, r_h_j=r_h_j, c=jnp.log10(r_t),
-        W0=W0, g=g, b_j=b, mass_fraction_error=jnp.max(jnp.abs(safe_divide(achieved, target) - 1.0)),
+        r=r,
+        W=jnp.maximum(W_raw, 0.0),
+        W_raw=W_raw,
+        mass=mass,
+        mass_j=mass_j,
+        density_j=density_j,
+        total_mass=mass[-1],
+        total_mass_j=total_mass_j,
+        r_t=r_t,
+        r_h=r_h,
+        r_h_j=r_h_j,
+        c=jnp.log10(r_t),
+        W0=W0,
+        g=g,
+        b_j=b,
+        mass_fraction_error=jnp.max(jnp.abs(safe_divide(achieved, target) - 1.0)),
     )
     return eqx.error_if(profile, ~jnp.any(crossed), TOO_LARGE_MESSAGE)
 

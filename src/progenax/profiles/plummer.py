@@ -50,5 +50,3 @@ def plummer_sample_radii(u: ArrayLike, a: ArrayLike) -> Array:
     r"""Radii by exact inversion of M(<r): $r = a\,(u^{-2/3} - 1)^{-1/2}$, u in (0, 1)."""
     u = jnp.asarray(u)
     return jnp.asarray(a) * (u ** (-2.0 / 3.0) - 1.0) ** -0.5
-
-

@@ -1,7 +1,7 @@
 """SPH density on an exact cell list, differentiable with O(N) gradient memory."""
 
-from .cells import CellList as CellList
-from .cells import build_cell_list as build_cell_list
+from ..neighbours.cells import CellList as CellList
+from ..neighbours.cells import build_cell_list as build_cell_list
 from .density import density as density
 from .density import density_loss as density_loss
 from .kernels import KERNELS as KERNELS

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike
-from .cells import CellList, build_cell_list, fold_candidates
+from ..neighbours.cells import CellList, build_cell_list, fold_candidates
 from .kernels import SUPPORT, get_kernel
 
 BACKENDS = ("cells", "brute", "jax_md")
@@ -87,7 +87,7 @@ def _per_particle(name, value, n, dtype):
 
 
 # -- the cell-list backend with its hand-written reverse pass ------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cells_density_fn(kernel_name: str, m_uniform: bool, h_uniform: bool, k: int, kx: int, chunk: int, groups: int):
     """ρ(positions, masses, h, box) for one static configuration, with a custom VJP.
 
@@ -106,8 +106,12 @@ def _cells_density_fn(kernel_name: str, m_uniform: bool, h_uniform: bool, k: int
     def forward(positions, masses, h, box):
         reach = SUPPORT * (h if h_uniform else jnp.max(h))
         cells = build_cell_list(
-            jax.lax.stop_gradient(positions), jax.lax.stop_gradient(reach),
-            box=box, cells_per_reach=k, x_cells_per_reach=kx, chunk=chunk,
+            jax.lax.stop_gradient(positions),
+            jax.lax.stop_gradient(reach),
+            box=box,
+            cells_per_reach=k,
+            x_cells_per_reach=kx,
+            chunk=chunk,
         )
         dim = cells.dim
         _, m_c = per_particle(masses, m_uniform, cells)
@@ -244,9 +248,9 @@ def _jax_md_density(positions, masses, h, h_uniform, box, kern):
     else:
         shifted, side = jnp.mod(concrete_x, box), box
         displacement, _ = space.periodic(box)
-    neighbours = partition.neighbor_list(
-        displacement, side, reach, dr_threshold=0.0, format=partition.Sparse
-    ).allocate(shifted)
+    neighbours = partition.neighbor_list(displacement, side, reach, dr_threshold=0.0, format=partition.Sparse).allocate(
+        shifted
+    )
     i, j = neighbours.idx
     # jax-md's pair list excludes i == j and pads with index n.
     real = i < n
@@ -339,8 +343,15 @@ def density_loss(
     ```
     """
     rho = density(
-        positions, masses, h, box=box, kernel=kernel, backend=backend,
-        cells_per_reach=cells_per_reach, x_cells_per_reach=x_cells_per_reach,
-        chunk=chunk, groups=groups,
+        positions,
+        masses,
+        h,
+        box=box,
+        kernel=kernel,
+        backend=backend,
+        cells_per_reach=cells_per_reach,
+        x_cells_per_reach=x_cells_per_reach,
+        chunk=chunk,
+        groups=groups,
     )
     return jnp.sum((rho - jnp.asarray(rho0, rho.dtype)) ** 2)

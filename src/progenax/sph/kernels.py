@@ -106,13 +106,9 @@ _c2_shape, _c2_slope = _wendland(4, lambda u: 1.0 + 4.0 * u, lambda u: 20.0 + 0.
 # (1-u)^3 (1+3u): derivative = -12 u (1-u)^2, so R = 12.
 _c2_1d_shape, _c2_1d_slope = _wendland(3, lambda u: 1.0 + 3.0 * u, lambda u: 12.0 + 0.0 * u)
 # (1-u)^6 (1+6u+35/3 u^2): derivative = -(56/3) u (1-u)^5 (1+5u), so R = 56/3 (1+5u).
-_c4_shape, _c4_slope = _wendland(
-    6, lambda u: 1.0 + 6.0 * u + 35.0 / 3.0 * u**2, lambda u: 56.0 / 3.0 * (1.0 + 5.0 * u)
-)
+_c4_shape, _c4_slope = _wendland(6, lambda u: 1.0 + 6.0 * u + 35.0 / 3.0 * u**2, lambda u: 56.0 / 3.0 * (1.0 + 5.0 * u))
 # (1-u)^5 (1+5u+8u^2): derivative = -14 u (1-u)^4 (1+4u), so R = 14 (1+4u).
-_c4_1d_shape, _c4_1d_slope = _wendland(
-    5, lambda u: 1.0 + 5.0 * u + 8.0 * u**2, lambda u: 14.0 * (1.0 + 4.0 * u)
-)
+_c4_1d_shape, _c4_1d_slope = _wendland(5, lambda u: 1.0 + 5.0 * u + 8.0 * u**2, lambda u: 14.0 * (1.0 + 4.0 * u))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,16 +138,24 @@ class _WendlandKernel(Kernel):
 # Dehnen & Aly (2012) normalisations for support H: 1D C2 5/4, C4 3/2; 2D C2 7/π,
 # C4 9/π; 3D C2 21/(2π), C4 495/(32π), each over H^d. With H = 2h, σ_d = that / 2^d.
 KERNELS: dict[str, Kernel] = {
-    "cubic": Kernel("cubic", _cubic_shape, _cubic_slope_over_q, {1: 2.0 / 3.0, 2: 10.0 / (7.0 * math.pi), 3: 1.0 / math.pi}),
+    "cubic": Kernel(
+        "cubic", _cubic_shape, _cubic_slope_over_q, {1: 2.0 / 3.0, 2: 10.0 / (7.0 * math.pi), 3: 1.0 / math.pi}
+    ),
     "wendland_c2": _WendlandKernel(
-        "wendland_c2", _c2_shape, _c2_slope,
+        "wendland_c2",
+        _c2_shape,
+        _c2_slope,
         {1: 5.0 / 4.0 / 2.0, 2: 7.0 / math.pi / 4.0, 3: 21.0 / (2.0 * math.pi) / 8.0},
-        _c2_1d_shape, _c2_1d_slope,
+        _c2_1d_shape,
+        _c2_1d_slope,
     ),
     "wendland_c4": _WendlandKernel(
-        "wendland_c4", _c4_shape, _c4_slope,
+        "wendland_c4",
+        _c4_shape,
+        _c4_slope,
         {1: 3.0 / 2.0 / 2.0, 2: 9.0 / math.pi / 4.0, 3: 495.0 / (32.0 * math.pi) / 8.0},
-        _c4_1d_shape, _c4_1d_slope,
+        _c4_1d_shape,
+        _c4_1d_slope,
     ),
 }
 

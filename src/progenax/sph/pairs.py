@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array
-from .cells import CellList, build_cell_list
+from ..neighbours.cells import CellList, build_cell_list
 
 # (cells_per_reach, x_cells_per_reach, chunk) per dimension. Measured on one
 # core, N = 1e5, one relaxation step (8 bands built, density and loss-gradient
@@ -128,9 +128,14 @@ def build_bands(
         reach = jnp.max(jnp.where(band == b, support, 0.0))
         reach = jnp.maximum(reach, jnp.finfo(positions.dtype).tiny)
         return build_cell_list(
-            positions, reach, box=box, cells_per_reach=cells_per_reach,
-            x_cells_per_reach=x_cells_per_reach, chunk=chunk,
-            query=band == b, query_reach=support,
+            positions,
+            reach,
+            box=box,
+            cells_per_reach=cells_per_reach,
+            x_cells_per_reach=x_cells_per_reach,
+            chunk=chunk,
+            query=band == b,
+            query_reach=support,
         )
 
     members = jnp.sum(band[None, :] == jnp.arange(n_bands)[:, None], axis=1)
@@ -226,15 +231,11 @@ def _fold(cells: CellList, terms, gather_init, scatter_init, chunk: int, groups:
             to_i, to_j = terms(rows, j, valid)
             local = tuple(a + jnp.sum(t, axis=1) for a, t in zip(local, to_i))
             target = (j if source is None else source[j]).reshape(-1)
-            scattered = tuple(
-                a.at[target].add(t.reshape((-1,) + t.shape[2:])) for a, t in zip(scattered, to_j)
-            )
+            scattered = tuple(a.at[target].add(t.reshape((-1,) + t.shape[2:])) for a, t in zip(scattered, to_j))
             return c + 1, local, scattered
 
         local0 = tuple(jnp.zeros((size,) + a.shape[1:], a.dtype) for a in gathered)
-        _, local, scattered = jax.lax.while_loop(
-            lambda s: s[0] < n_steps, body, (jnp.int32(0), local0, scattered)
-        )
+        _, local, scattered = jax.lax.while_loop(lambda s: s[0] < n_steps, body, (jnp.int32(0), local0, scattered))
         target = jax.lax.dynamic_slice(targets, (g * size,), (size,))
         gathered = tuple(a.at[target].set(v, mode="drop") for a, v in zip(gathered, local))
         return gathered, scattered
@@ -298,8 +299,9 @@ def _forward(pair_fn, width, bands: Bands, features: dict):
             return out_i, out_j
 
         zeros = lambda count: tuple(jnp.zeros(n, dtype) for _ in range(count))
-        gathered, scattered = _fold(cells, terms, zeros(k_i), zeros(k_j or 0), bands.chunk, bands.groups,
-                                    bands.members[b])
+        gathered, scattered = _fold(
+            cells, terms, zeros(k_i), zeros(k_j or 0), bands.chunk, bands.groups, bands.members[b]
+        )
         result = jnp.stack(gathered, axis=1)
         if scattered:
             result = result + jnp.stack(scattered, axis=1)
@@ -339,13 +341,15 @@ def _backward(pair_fn, bands: Bands, features: dict, s_bar: Array):
         gathered, scattered = _fold(cells, terms, zeros, zeros, bands.chunk, bands.groups, bands.members[b])
         return tuple(t + _unsort(g + s, cells) for t, g, s in zip(total, gathered, scattered))
 
-    zeros = _flat({k: [jnp.zeros(n, features[k].dtype)] * dim if k == "x" else jnp.zeros(n, features[k].dtype)
-                   for k in keys}, keys)
+    zeros = _flat(
+        {k: [jnp.zeros(n, features[k].dtype)] * dim if k == "x" else jnp.zeros(n, features[k].dtype) for k in keys},
+        keys,
+    )
     grads = jax.lax.fori_loop(0, bands.n_bands, one_band, zeros)
     out, at = {}, 0
     for k in keys:
         if k == "x":
-            out[k] = jnp.stack(grads[at:at + dim], axis=1)
+            out[k] = jnp.stack(grads[at : at + dim], axis=1)
             at += dim
         else:
             out[k] = grads[at]
@@ -377,7 +381,9 @@ def _zero_cotangent(leaf):
 _pair_sum.defvjp(_pair_sum_fwd, _pair_sum_bwd)
 
 
-def pair_sum(pair_fn: PairFunction, bands: Bands, features: dict[str, Array], width: int, *, scatter: bool = False) -> Array:
+def pair_sum(
+    pair_fn: PairFunction, bands: Bands, features: dict[str, Array], width: int, *, scatter: bool = False
+) -> Array:
     """S (N, width) for `pair_fn` over the candidates of `bands` (see the module
     docstring). `features` maps names to (N, ...) arrays and must hold the
     positions as "x" (N, d); `scatter` says whether `pair_fn` returns a

@@ -67,8 +67,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array, ArrayLike
-from .kernels import SUPPORT, get_kernel
+from ..diagnostics.energy import scale_to_virial_ratio
+from ..diagnostics.radii import lagrangian_radii
+from ..models import density_at
+from ..sampling import isotropic_directions, safe_norm
+from ..state import InitialConditions, ParticleState
 from ..validation import check_static_int
+from .kernels import SUPPORT, get_kernel
 from .pairs import build_bands, pair_sum, safe_distance
 
 VELOCITY_MODES = ("keep", "resample")
@@ -94,7 +99,7 @@ class RelaxSettings:
 
 
 # -- pair functions (module level: static arguments of pair_sum) ----------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _density_pair(kernel_name: str, dim: int):
     kernel = get_kernel(kernel_name)
 
@@ -105,7 +110,7 @@ def _density_pair(kernel_name: str, dim: int):
     return pair
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loss_gradient_pair(kernel_name: str, dim: int):
     """The loss gradient at fixed h, gathered over each particle's own ball:
     ∂L/∂x_i = Σ_j [e_i m_j F(r, h_i) + e_j m_i F(r, h_j)] (x_i - x_j), with
@@ -145,10 +150,21 @@ def _loss_gradient_features(kernel_name: str, x: Array, m: Array, h: Array, e: A
     return {"x": x, "m": m, "a": e * norm * h ** (-dim - 2), "inv_h": 1.0 / h}
 
 
-def adaptive_density(positions: Array, masses: Array, h: Array, *, box: Array | None = None, kernel: str = "cubic",
-                     query: Array | None = None, n_bands: int = 8, band_ratio: float = 2.0,
-                     cells_per_reach: int | None = None, x_cells_per_reach: int | None = None,
-                     chunk: int | None = None, groups: int = 128) -> Array:
+def adaptive_density(
+    positions: Array,
+    masses: Array,
+    h: Array,
+    *,
+    box: Array | None = None,
+    kernel: str = "cubic",
+    query: Array | None = None,
+    n_bands: int = 8,
+    band_ratio: float = 2.0,
+    cells_per_reach: int | None = None,
+    x_cells_per_reach: int | None = None,
+    chunk: int | None = None,
+    groups: int = 128,
+) -> Array:
     r"""SPH density $\rho_i = \sum_j m_j W(|x_i - x_j|, h_i)$ with per-particle h,
     on banded cell lists (`sph.pairs`): efficient when h varies by up to
     `band_ratio ** n_bands` across the particles, exact for any h.
@@ -167,18 +183,28 @@ def adaptive_density(positions: Array, masses: Array, h: Array, *, box: Array | 
     h = jnp.broadcast_to(jnp.asarray(h, positions.dtype), (n,))
     if box is not None:
         box = jnp.broadcast_to(jnp.asarray(box, positions.dtype), (dim,))
-    fn = _adaptive_density_fn(kernel, int(n_bands), float(band_ratio), cells_per_reach, x_cells_per_reach, chunk,
-                              int(groups))
+    fn = _adaptive_density_fn(
+        kernel, int(n_bands), float(band_ratio), cells_per_reach, x_cells_per_reach, chunk, int(groups)
+    )
     return fn(positions, masses, h, box, None if query is None else jnp.asarray(query, bool))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _adaptive_density_fn(kernel, n_bands, band_ratio, cells_per_reach, x_cells_per_reach, chunk, groups):
     @jax.jit
     def fn(positions, masses, h, box, query):
-        bands = build_bands(positions, SUPPORT * h, box=box, n_bands=n_bands, band_ratio=band_ratio,
-                            cells_per_reach=cells_per_reach, x_cells_per_reach=x_cells_per_reach,
-                            chunk=chunk, groups=groups, query=query)
+        bands = build_bands(
+            positions,
+            SUPPORT * h,
+            box=box,
+            n_bands=n_bands,
+            band_ratio=band_ratio,
+            cells_per_reach=cells_per_reach,
+            x_cells_per_reach=x_cells_per_reach,
+            chunk=chunk,
+            groups=groups,
+            query=query,
+        )
         features = {"x": positions, "m": masses, "h": h}
         return pair_sum(_density_pair(kernel, positions.shape[1]), bands, features, 1)[:, 0]
 
@@ -198,8 +224,9 @@ class _Problem(eqx.Module):
     settings: RelaxSettings = eqx.field(static=True)
 
 
-def smoothing_lengths(positions: Array, masses: Array, target: Callable[[Array], Array], eta: float,
-                      scale_fraction: float = 0.75) -> tuple[Array, Array, Array]:
+def smoothing_lengths(
+    positions: Array, masses: Array, target: Callable[[Array], Array], eta: float, scale_fraction: float = 0.75
+) -> tuple[Array, Array, Array]:
     r"""$(h_i, \rho_t(x_i), \mathrm{live}_i)$: smoothing lengths, targets, and
     which particles the relaxation moves.
 
@@ -253,10 +280,18 @@ def _step(problem: _Problem, state):
     dim = x.shape[1]
     m = problem.masses
     h, rho_t, live, slope = _smoothing_lengths_and_slope(x, m, problem.target, s.eta)
-    bands = build_bands(x, SUPPORT * h, box=problem.box, n_bands=s.n_bands, band_ratio=s.band_ratio,
-                        cells_per_reach=s.cells_per_reach, x_cells_per_reach=s.x_cells_per_reach,
-                        chunk=s.chunk, groups=s.groups,
-                        query=jax.lax.stop_gradient(live))
+    bands = build_bands(
+        x,
+        SUPPORT * h,
+        box=problem.box,
+        n_bands=s.n_bands,
+        band_ratio=s.band_ratio,
+        cells_per_reach=s.cells_per_reach,
+        x_cells_per_reach=s.x_cells_per_reach,
+        chunk=s.chunk,
+        groups=s.groups,
+        query=jax.lax.stop_gradient(live),
+    )
     features = {"x": x, "m": m, "h": h}
     rho = pair_sum(_density_pair(s.kernel, dim), bands, features, 1)[:, 0]
     e = jnp.where(live, 2.0 * (rho - rho_t), 0.0)
@@ -317,7 +352,6 @@ def _profile_knots(x: Array, w: Array, knots: int, centre: Array) -> Array:
     """Lagrangian radii about `centre` (weights `w`) at the mass fractions
     k / knots, k = 1 .. knots - 1 (the half-mass radius among them when
     `knots` is even)."""
-    from ..diagnostics.radii import lagrangian_radii
 
     fractions = np.arange(1, knots) / knots
     return lagrangian_radii(x, w, jnp.asarray(fractions, x.dtype), centre=centre)
@@ -333,7 +367,7 @@ def _keep_radii(x: Array, knots: Array, w: Array, centre: Array) -> Array:
     rank's radius instead pins the random sample's radial Poisson noise in
     place: at N = 20,000 that left 9% to 16% error in the relaxed interior.)"""
     d = x - centre
-    r = _radius(d)
+    r = safe_norm(d)
     now = _profile_knots(x, w, knots.shape[0] + 1, centre)
     inner = r * (knots[0] / now[0])
     outer = r + (knots[-1] - now[-1])  # not a stretch: that would swing the far halo
@@ -375,63 +409,25 @@ _run_block = eqx.filter_jit(_run)
 
 
 # -- targets -------------------------------------------------------------------------
-def _radius(x: Array) -> Array:
-    r2 = jnp.sum(x * x, axis=-1)
-    return jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)) * (r2 > 0)
 
 
 def model_density(ic) -> Callable[[Array], Array]:
-    r"""The analytic mass density $\rho(x)$ of the model `ic` was built from,
+    r"""The mass density $\rho(x)$ of the model `ic` was built from (`ic.model`),
     about the origin, in the units of `ic` (mass / length^3), for its total
-    (weighted) mass: Plummer, EFF, King and LIMEPY (single-mass) clusters.
+    (weighted) mass.
 
     Returned as a `jax.tree_util.Partial` of a module-level function with the
-    model's numbers as array leaves, so relaxations of models of one kind and
+    model as its pytree argument, so relaxations of models of one kind and
     size share one compiled step loop.
 
-    **Raises** `ValueError` for a model without an analytic density (fractal,
-    multi-mass): pass `target=` to `relax` instead.
+    **Raises** `ValueError` (`progenax.models.NoAnalyticFormError`) for a model
+    without an analytic density (fractal, multi-mass): pass `target=` instead.
     """
-    from ..profiles.eff import eff_scale_radius
-    from ..profiles.king import solve_king_profile
-    from ..profiles.plummer import plummer_scale_radius
-
-    p = ic.params
-    total = jnp.sum(ic.state.masses * ic.weights)
     if ic.units.name != "physical":
         raise ValueError("model_density needs an InitialConditions in physical units (ic.to_physical())")
-    if ic.model == "plummer":
-        return jax.tree_util.Partial(_plummer_density_at, total, plummer_scale_radius(p["r_h"]))
-    if ic.model == "eff":
-        r_t = p.get("r_t")
-        a = eff_scale_radius(p["r_h"], p["gamma"], r_t)
-        return jax.tree_util.Partial(_eff_density_at, p["gamma"], a, total, r_t)
-    if ic.model in ("king", "limepy") and "mass_bins" not in p and "delta" not in p:
-        g = p.get("g", jnp.asarray(1.0))
-        profile = solve_king_profile(p["W0"], g, p.get("ra"))
-        length = p["r_h"] / profile.r_h
-        scale = total / (profile.total_mass * length**3)
-        return jax.tree_util.Partial(_tabulated_density_at, scale, length, profile.r, profile.density)
-    raise ValueError(
-        f"no analytic density for model {ic.model!r} (params {sorted(p)}); pass target=callable or a constant"
-    )
-
-
-def _plummer_density_at(total, a, x):
-    from ..profiles.plummer import plummer_density
-
-    return plummer_density(_radius(x), total, a)
-
-
-def _eff_density_at(gamma, a, total, r_t, x):
-    from ..profiles.eff import eff_density
-
-    return eff_density(_radius(x), gamma, a, total, r_t)
-
-
-def _tabulated_density_at(scale, length, r, density, x):
-    """King / LIMEPY: the solved profile's density (King units) at r / length, zero beyond r_t."""
-    return scale * jnp.interp(_radius(x) / length, r, density, right=0.0)
+    model = ic.model.prepared().with_mass(jnp.sum(ic.state.masses * ic.weights))
+    model.density(jnp.zeros((), ic.state.positions.dtype))  # raises now for a model without a density
+    return jax.tree_util.Partial(density_at, model)
 
 
 def _uniform_density(value, x):
@@ -442,8 +438,10 @@ def _resolve_target(target, ic, box, dtype) -> tuple[Callable[[Array], Array], b
     """(callable target, is_uniform)."""
     if target is None:
         if ic is None:
-            raise ValueError("target=None uses the profile the cluster was built from: pass an InitialConditions, "
-                             "or give target (a constant density or a callable rho(x))")
+            raise ValueError(
+                "target=None uses the profile the cluster was built from: pass an InitialConditions, "
+                "or give target (a constant density or a callable rho(x))"
+            )
         return model_density(ic), False
     if callable(target):
         return target, False
@@ -481,43 +479,18 @@ def _check_settings(steps, eta, step_size, momentum, max_step, velocities, n_ban
 
 # -- velocities ------------------------------------------------------------------------
 def resample_velocities(key, ic, positions: Array) -> Array:
-    """Velocities drawn from the model's distribution function at `positions`
-    (isotropic Plummer, King and LIMEPY), scaled to the cluster's Q when it was
-    built with one; in the units of `ic` (physical)."""
-    from ..diagnostics.energy import scale_to_virial_ratio
-    from ..kinematics.king_df import sample_speed_fraction as king_speed_fraction
-    from ..kinematics.king_df import speed_table
-    from ..kinematics.plummer_df import sample_speed_fraction as plummer_speed_fraction
-    from ..profiles.king import king_potential, solve_king_profile
-    from ..profiles.plummer import plummer_scale_radius
-    from ..sampling import isotropic_directions, uniform_open
-
-    p, n, dtype = ic.params, positions.shape[0], positions.dtype
-    G = ic.units.G
+    """Velocities drawn from the model's isotropic distribution function at
+    `positions` (`ic.model.sample_speeds`), scaled to the cluster's Q when it
+    was built with one; in the units of `ic` (physical)."""
+    n, dtype = positions.shape[0], positions.dtype
     masses = ic.state.masses
     total = jnp.sum(masses)
     k_speed, k_dir = jax.random.split(key)
-    u = uniform_open(k_speed, (n,), dtype)
-    r = _radius(positions)
-    if ic.model == "plummer":
-        a = plummer_scale_radius(p["r_h"])
-        v_escape = jnp.sqrt(2.0 * G * total / jnp.sqrt(r**2 + a**2))
-        speed = plummer_speed_fraction(u) * v_escape
-    elif ic.model in ("king", "limepy") and "ra" not in p and "mass_bins" not in p and "delta" not in p:
-        g = p.get("g", jnp.asarray(1.0, dtype))
-        profile = solve_king_profile(p["W0"], g)
-        length = p["r_h"] / profile.r_h
-        W = jnp.maximum(king_potential(profile, r / length), 0.0)
-        s = jnp.sqrt(4.0 * np.pi * G * total / (9.0 * length * profile.total_mass))
-        pos = W > 0
-        v_escape = jnp.where(pos, jnp.sqrt(2.0 * jnp.where(pos, W, 1.0)), 0.0)
-        speed = king_speed_fraction(speed_table(p["W0"], g), W, u) * v_escape * s
-    else:
-        raise ValueError(f"velocities='resample' needs an isotropic Plummer, King or LIMEPY cluster, got {ic.model!r}")
+    speed = ic.model.prepared().with_mass(total).sample_speeds(k_speed, safe_norm(positions))
     v = speed[:, None] * isotropic_directions(k_dir, n, dtype)
     v = v - jnp.sum(masses[:, None] * v, axis=0) / total
-    if "Q" in p:
-        v = scale_to_virial_ratio(positions, v, masses, p["Q"], G=G, centre=jnp.zeros(3, dtype))
+    if "Q" in ic.params:
+        v = scale_to_virial_ratio(positions, v, masses, ic.params["Q"], G=ic.units.G, centre=jnp.zeros(3, dtype))
     return v
 
 
@@ -604,7 +577,6 @@ def relax(
     relaxed = progenax.relax(ic, steps=100)
     ```
     """
-    from ..state import InitialConditions, ParticleState
 
     _check_settings(steps, eta, step_size, momentum, max_step, velocities, n_bands or 1, band_ratio)
     ic = None
@@ -635,9 +607,16 @@ def relax(
     _check_target_values(target_fn(x0))
     if n_bands is None:
         n_bands = 1 if uniform else 8
-    settings = RelaxSettings(steps=int(steps), eta=float(eta), step_size=float(step_size),
-                             momentum=float(momentum), max_step=float(max_step), kernel=kernel,
-                             n_bands=int(n_bands), band_ratio=float(band_ratio))
+    settings = RelaxSettings(
+        steps=int(steps),
+        eta=float(eta),
+        step_size=float(step_size),
+        momentum=float(momentum),
+        max_step=float(max_step),
+        kernel=kernel,
+        n_bands=int(n_bands),
+        band_ratio=float(band_ratio),
+    )
     get_kernel(kernel)  # raises on an unknown name
     com_masses = m if ic is None else ic.state.masses * ic.weights
     if keep_radii is None:
@@ -667,7 +646,7 @@ def relax(
 
 
 def _run_with_progress(problem: _Problem, x: Array, v: Array, steps: int, block: int = 10):
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # only for progress=True (start-up time)
 
     done = 0
     with tqdm(total=steps, unit="step", desc="relax") as bar:

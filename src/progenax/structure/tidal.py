@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike, Scalar
+from ..sampling import safe_norm
 from ..state import InitialConditions
 from ..units import G_PHYSICAL
 from ..validation import check_range
@@ -75,8 +76,7 @@ def apply_tidal_truncation(
     if centre is None:
         centre = jnp.sum(s.masses[:, None] * s.positions, axis=0) / jnp.sum(s.masses)
     x = s.positions - jnp.asarray(centre, s.positions.dtype)
-    r2 = jnp.sum(x**2, axis=-1)
-    r = jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
+    r = safe_norm(x)
     w = tidal_weights(r, r_t, kappa, mode)
     params = {**ic.params, "r_t_tidal": jnp.asarray(r_t, r.dtype)}
     ic = eqx.tree_at(lambda c: c.params, ic, params)

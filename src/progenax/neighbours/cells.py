@@ -416,8 +416,18 @@ def fold_candidates(
 
     def one_group(g, outputs):
         i = jax.lax.dynamic_slice(members, (g * size,), (size,))
-        sums = _fold_group(i, ends[i, -1], run_start[i].T[:, :, None], jump[i].T[:, :, None],
-                           cells.self_index[i], pair_terms, n_terms, dtype, chunk, lanes)
+        sums = _fold_group(
+            i,
+            ends[i, -1],
+            run_start[i].T[:, :, None],
+            jump[i].T[:, :, None],
+            cells.self_index[i],
+            pair_terms,
+            n_terms,
+            dtype,
+            chunk,
+            lanes,
+        )
         target = jax.lax.dynamic_slice(targets, (g * size,), (size,))
         return tuple(o.at[target].set(v, mode="drop") for o, v in zip(outputs, sums))
 
