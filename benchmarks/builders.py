@@ -207,6 +207,9 @@ def every_builder_rows(sizes: list[int], repeats: int) -> None:
     print(f"{'builder':<16} {'n':>8} {'compile [s]':>12} {'build [s]':>10}")
     for name, make in EVERY_BUILDER.items():
         for n in sizes:
+            if name == "fractal" and n > 20_000:
+                print(f"{name:<16} {n:>8}  (skipped: about 100 s a build; see --fractal-only)")
+                continue
             build = jax.jit(lambda key, make=make, n=n: make(key, n).state)
             key = jax.random.PRNGKey(0)
             t0 = time.perf_counter()

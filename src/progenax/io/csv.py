@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..state import InitialConditions, ParticleState
@@ -60,7 +61,6 @@ def read_csv(path: str | os.PathLike, *, model: str = "csv"):
     **Raises:** `ValueError` if a column of `COLUMNS` is missing or a value is
     not a number; `FileNotFoundError` if the file does not exist.
     """
-    import jax.numpy as jnp
 
     path = Path(path)
     if not path.is_file():

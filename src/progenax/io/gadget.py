@@ -80,6 +80,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import h5py
+import jax.numpy as jnp
 import numpy as np
 
 from .._version import __version__
@@ -175,7 +177,6 @@ def write_gadget(
     0..5 (or not 0 for gas, or 0 for stars written with `gas=`) or `box_size`
     is negative; `FileNotFoundError` if the directory is missing.
     """
-    import h5py
 
     ic_is_gas = is_gas(ic)
     if particle_type is None:
@@ -269,8 +270,6 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
     A `PartType0` group with `InternalEnergy` and `SmoothingLength` is read as
     SPH gas: a `progenax.gravoturb.GasCloud` (its `field` is None).
     """
-    import h5py
-    import jax.numpy as jnp
 
     path = Path(path)
     if not path.is_file():

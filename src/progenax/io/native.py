@@ -75,9 +75,12 @@ arrays); each parameter under `parameters/<name>`.
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import h5py
+import jax.numpy as jnp
 import numpy as np
 
 from .._version import __version__
@@ -227,7 +230,6 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
 
 
 def _write_hdf5(path: Path, arrays, attrs, params) -> None:
-    import h5py
 
     with h5py.File(path, "w") as f:
         for name, value in attrs.items():
@@ -324,7 +326,6 @@ def _check_schema(path: Path, attrs: dict[str, Any], arrays: dict[str, Any]) -> 
 
 
 def _read_hdf5(path: Path):
-    import h5py
 
     try:
         f = h5py.File(path, "r")
@@ -349,7 +350,6 @@ def _read_hdf5(path: Path):
 
 
 def _read_npz(path: Path):
-    import zipfile
 
     try:
         data = np.load(path, allow_pickle=False)
@@ -370,7 +370,6 @@ def _read_npz(path: Path):
 
 
 def _param_value(value: Any) -> Any:
-    import jax.numpy as jnp
 
     if isinstance(value, (str, bytes)):
         return _text(value)
@@ -381,7 +380,6 @@ def _param_value(value: Any) -> Any:
 
 
 def _build(path: Path, arrays, attrs, params):
-    import jax.numpy as jnp
 
     units_name = _text(attrs["units"])
     if units_name not in UNIT_SYSTEMS:

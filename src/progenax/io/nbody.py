@@ -56,6 +56,7 @@ import json
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from .._version import __version__
@@ -150,7 +151,6 @@ def read_nbody6(
     scales are neither in a sidecar nor given; `FileNotFoundError` if the table
     does not exist.
     """
-    import jax.numpy as jnp
 
     path = Path(path)
     if not path.is_file():

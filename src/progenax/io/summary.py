@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
@@ -18,7 +19,6 @@ def _diagnostics(ic) -> dict[str, Any]:
     Masses are weighted by the membership weights; Q uses
     `virial_ratio(..., method="auto")` (exact pair sum up to 20,000 stars).
     """
-    import jax.numpy as jnp
 
     s = ic.state
     m = s.masses * ic.weights

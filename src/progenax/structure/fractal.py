@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array, ArrayLike, Key
-from ..profiles.plummer import plummer_scale_radius
+from ..profiles.plummer import plummer_sample_radii, plummer_scale_radius
 
 D_MIN, D_MAX = 1.6, 3.0
 
@@ -169,7 +169,7 @@ def remap_to_plummer(positions: Array, masses: Array, r_h: Array, iterations: in
         order = jnp.argsort(jnp.where(pos, r, 0.0))
         m_sorted = masses[order]
         mu = (jnp.cumsum(m_sorted) - 0.5 * m_sorted) / jnp.sum(m_sorted)
-        target = a * (mu ** (-2.0 / 3.0) - 1.0) ** -0.5
+        target = plummer_sample_radii(mu, a)
         radii = jnp.zeros_like(target).at[order].set(target)
         return direction * radii[:, None]
 
