@@ -62,6 +62,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from .._version import __version__
@@ -233,7 +234,6 @@ def read_amuse(path: str | os.PathLike):
     file does not exist; `ValueError` for a set that lacks those attributes.
     """
     _, amuse_units, nbody_system, amuse_io = require_amuse()
-    import jax.numpy as jnp
 
     path = Path(path)
     if not path.is_file():
