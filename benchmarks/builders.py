@@ -89,23 +89,29 @@ def numpy_reference(rng: np.random.Generator, n: int, r_h: float = 1.0, q_target
     return pos, vel, masses
 
 
-def time_progenax(n: int, repeats: int) -> tuple[float, float, float]:
-    build = jax.jit(lambda key: progenax.plummer_builder(key, n=n, r_h=1.0, alpha=2.3, Q=0.5).state)
-    key = jax.random.PRNGKey(0)
+def compile_and_time(build, repeats: int):
+    """(compile time, median build time after compile, last output) of the state
+    builder `build(key)`: lower + compile once, then `repeats` keyed calls."""
+    build = jax.jit(build)
     t0 = time.perf_counter()
-    compiled = build.lower(key).compile()
+    compiled = build.lower(jax.random.PRNGKey(0)).compile()
     compile_s = time.perf_counter() - t0
     times = []
     for i in range(repeats):
-        k = jax.random.PRNGKey(i + 1)
         t0 = time.perf_counter()
-        state = jax.block_until_ready(compiled(k))
+        state = jax.block_until_ready(compiled(jax.random.PRNGKey(i + 1)))
         times.append(time.perf_counter() - t0)
+    return compile_s, statistics.median(times), state
+
+
+def time_progenax(n: int, repeats: int) -> tuple[float, float, float]:
+    build = lambda key: progenax.plummer_builder(key, n=n, r_h=1.0, alpha=2.3, Q=0.5).state
+    compile_s, build_s, state = compile_and_time(build, repeats)
     # Spherical W (what the builder scales with above 20,000 stars; "auto" would
     # take the slower mesh estimate meant for substructured clusters).
     method = "exact" if n <= progenax.diagnostics.EXACT_MAX_N else "spherical"
     q = float(virial_ratio(state.positions, state.velocities, state.masses, method=method))
-    return compile_s, statistics.median(times), q
+    return compile_s, build_s, q
 
 
 def time_numpy(n: int, repeats: int) -> float:
@@ -133,19 +139,11 @@ def time_king_solve(repeats: int) -> tuple[float, float]:
 
 
 def time_king_builder(n: int, repeats: int) -> tuple[float, float, float]:
-    build = jax.jit(lambda key: progenax.king_builder(key, n=n, W0=6.0, r_h=1.0).state)
-    key = jax.random.PRNGKey(0)
-    t0 = time.perf_counter()
-    compiled = build.lower(key).compile()
-    compile_s = time.perf_counter() - t0
-    times = []
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        state = jax.block_until_ready(compiled(jax.random.PRNGKey(i + 1)))
-        times.append(time.perf_counter() - t0)
+    build = lambda key: progenax.king_builder(key, n=n, W0=6.0, r_h=1.0).state
+    compile_s, build_s, state = compile_and_time(build, repeats)
     origin = jax.numpy.zeros(3)
     q = float(virial_ratio(state.positions, state.velocities, state.masses, method="spherical", centre=origin))
-    return compile_s, statistics.median(times), q
+    return compile_s, build_s, q
 
 
 def king_rows(sizes: list[int], repeats: int) -> None:
@@ -210,17 +208,8 @@ def every_builder_rows(sizes: list[int], repeats: int) -> None:
             if name == "fractal" and n > 20_000:
                 print(f"{name:<16} {n:>8}  (skipped: about 100 s a build; see --fractal-only)")
                 continue
-            build = jax.jit(lambda key, make=make, n=n: make(key, n).state)
-            key = jax.random.PRNGKey(0)
-            t0 = time.perf_counter()
-            compiled = build.lower(key).compile()
-            compile_s = time.perf_counter() - t0
-            times = []
-            for i in range(repeats):
-                t0 = time.perf_counter()
-                jax.block_until_ready(compiled(jax.random.PRNGKey(i + 1)))
-                times.append(time.perf_counter() - t0)
-            print(f"{name:<16} {n:>8} {compile_s:>12.2f} {statistics.median(times):>10.3f}", flush=True)
+            compile_s, build_s, _ = compile_and_time(lambda key, make=make, n=n: make(key, n).state, repeats)
+            print(f"{name:<16} {n:>8} {compile_s:>12.2f} {build_s:>10.3f}", flush=True)
 
 
 def main() -> None:
