@@ -197,7 +197,7 @@ EVERY_BUILDER = {
     "king mass_bins": lambda key, n: progenax.king_builder(key, n=n, W0=5.0, mass_bins=4),
     "fractal": lambda key, n: progenax.fractal_builder(key, n=n, D=2.0),
     "gravoturb stars": lambda key, n: progenax.gravoturb.star_builder(key, n=n, grid=32, Q=0.5),
-    "gravoturb gas": lambda key, n: progenax.gravoturb.cloud_builder(key, n_gas=n, grid=32),
+    "gravoturb gas": lambda key, n: progenax.gravoturb.cloud_builder(key, n=n, grid=32),
 }
 
 

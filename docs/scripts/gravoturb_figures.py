@@ -42,7 +42,7 @@ _field = eqx.filter_jit(turbulent_field)
 
 
 def build_field(grid, mach, alpha, b=0.4):
-    f = dict(mach=mach, alpha=alpha, b=b, beta=11.0 / 3.0, velocity_beta=4.0, r_cloud=1.0, sound_speed=0.2)
+    f = dict(mach=mach, pdf_slope=alpha, b=b, beta=11.0 / 3.0, velocity_beta=4.0, r_cloud=1.0, sound_speed=0.2)
     return _field(KEY, grid=grid, geometry="box", **{k: jnp.asarray(v, jnp.float64) for k, v in f.items()})
 
 
@@ -100,8 +100,8 @@ def pdf_figure(path: Path) -> list[str]:
 
 
 def stars_over_gas(path: Path) -> None:
-    gas = cloud_builder(KEY, n_gas=200_000, grid=64, mach=5.0, alpha=2.0)
-    stars = star_builder(KEY, n=1000, grid=64, mach=5.0, alpha=2.0)
+    gas = cloud_builder(KEY, n=200_000, grid=64, mach=5.0, pdf_slope=2.0)
+    stars = star_builder(KEY, n=1000, grid=64, mach=5.0, pdf_slope=2.0)
     x = np.asarray(gas.state.positions)
     m = np.asarray(gas.state.masses)
     column, xe, ye = np.histogram2d(x[:, 0], x[:, 1], bins=128, range=[[-1, 1], [-1, 1]], weights=m)

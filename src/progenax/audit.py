@@ -53,7 +53,6 @@ class AuditEntry:
     - `status`: "full" or "partial"; `reason` says why a partial one is partial.
     - `static`: keyword arguments passed as they are (not traced), e.g. `grid`.
     - `observable`: a key of `OBSERVABLES` ("default" unless said).
-    - `count`: the keyword that takes the particle count `AUDIT_N` ("n").
     """
 
     builder: str
@@ -65,7 +64,6 @@ class AuditEntry:
     reason: str = ""
     static: dict[str, Any] = dataclasses.field(default_factory=dict)
     observable: str = "default"
-    count: str = "n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +131,14 @@ def _builder(name: str) -> Callable:
 
 
 @functools.cache
-def _compiled(builder: str, names: tuple[str, ...], static: tuple = (), observable: str = "default", count: str = "n"):
+def _compiled(builder: str, names: tuple[str, ...], static: tuple = (), observable: str = "default"):
     """Jitted observable and gradient of `builder` as functions of a dict of the
     named parameters, compiled once per builder and parameter set (entries that
     differ only in values share them)."""
     build = _builder(builder)
     key = jax.random.PRNGKey(AUDIT_SEED)
     measure = OBSERVABLES[observable]
-    fixed = {count: AUDIT_N, **dict(static)}
+    fixed = {"n": AUDIT_N, **dict(static)}
 
     def fn(params):
         return measure(build(key, **fixed, **params))
@@ -165,7 +163,7 @@ def observable_fn(entry: AuditEntry) -> Callable[[jax.Array], jax.Array]:
     defaults = {k: v for k, v in _numeric_defaults(entry.builder, entry.static).items() if k not in entry.static}
     base = {**defaults, **entry.kwargs, entry.parameter: entry.value}
     static = tuple(sorted(entry.static.items()))
-    fn, grad = _compiled(entry.builder, tuple(sorted(base)), static, entry.observable, entry.count)
+    fn, grad = _compiled(entry.builder, tuple(sorted(base)), static, entry.observable)
     fixed = {k: jnp.asarray(v, jnp.float64) for k, v in base.items()}
 
     def at(value):
@@ -294,13 +292,13 @@ def _declared_entries(curated: list[AuditEntry]) -> list[AuditEntry]:
 
 
 _GT_STARS = dict(static={"grid": 16}, observable="half_mass_radius")
-_GT_GAS = dict(static={"grid": 16}, observable="gas_field", count="n_gas")
+_GT_GAS = dict(static={"grid": 16}, observable="gas_field")
 _GRAVOTURB_ENTRIES = (
     AuditEntry("gravoturb.star_builder", "mach", 5.0, (0.1, 50.0), **_GT_STARS),
-    AuditEntry("gravoturb.star_builder", "alpha", 2.0, (1.05, 6.0), **_GT_STARS),
+    AuditEntry("gravoturb.star_builder", "pdf_slope", 2.0, (1.05, 6.0), **_GT_STARS),
     AuditEntry("gravoturb.star_builder", "b", 0.5, (0.05, 1.0), **_GT_STARS),
     AuditEntry("gravoturb.star_builder", "kappa", 10.0, (0.5, 200.0), **_GT_STARS),
     AuditEntry("gravoturb.cloud_builder", "mach", 5.0, (0.1, 50.0), **_GT_GAS),
-    AuditEntry("gravoturb.cloud_builder", "alpha", 2.0, (1.05, 6.0), **_GT_GAS),
+    AuditEntry("gravoturb.cloud_builder", "pdf_slope", 2.0, (1.05, 6.0), **_GT_GAS),
     AuditEntry("gravoturb.cloud_builder", "b", 0.5, (0.05, 1.0), **_GT_GAS),
 )

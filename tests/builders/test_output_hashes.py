@@ -80,7 +80,7 @@ def test_gas_cloud_output_is_bit_identical():
     if recorded["jax"] != jax.__version__:
         pytest.skip(f"hashes recorded with jax {recorded['jax']}, running {jax.__version__}")
     for key in KEYS:
-        gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(key), n_gas=N, grid=16)
+        gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(key), n=N, grid=16)
         digest = _digest(gas.state.positions, gas.state.velocities, gas.state.masses)
         assert digest == recorded["hashes"]["gravoturb_cloud"][str(key)], key
 
@@ -89,7 +89,7 @@ def record() -> None:
     hashes = {name: {str(k): output_hash(name, k) for k in KEYS} for name in sorted(CASES)}
     cloud = {}
     for k in KEYS:
-        gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(k), n_gas=N, grid=16)
+        gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(k), n=N, grid=16)
         cloud[str(k)] = _digest(gas.state.positions, gas.state.velocities, gas.state.masses)
     hashes["gravoturb_cloud"] = cloud
     FIXTURE.write_text(json.dumps({"jax": jax.__version__, "n": N, "hashes": hashes}, indent=1) + "\n")

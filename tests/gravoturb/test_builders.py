@@ -15,12 +15,12 @@ M0, ALPHA0 = 5.0, 2.0
 
 
 def _cloud_observable(mach, alpha):
-    cloud = cloud_builder(KEY, n_gas=N, grid=GRID, mach=mach, alpha=alpha)
+    cloud = cloud_builder(KEY, n=N, grid=GRID, mach=mach, pdf_slope=alpha)
     return dense_gas_fraction(cloud.field), cloud
 
 
 def _stars_observable(mach, alpha):
-    ic = star_builder(KEY, n=N, grid=GRID, mach=mach, alpha=alpha)
+    ic = star_builder(KEY, n=N, grid=GRID, mach=mach, pdf_slope=alpha)
     origin = jnp.zeros(3, ic.state.positions.dtype)
     return half_mass_radius(ic.state.positions, ic.state.masses, centre=origin), ic
 
@@ -112,7 +112,7 @@ def test_star_count_and_threshold_sigmoid(stars, cloud):
 
 def test_star_threshold_hard_mode_places_no_star_below(cloud):
     (_, gas), _ = cloud
-    ic = star_builder(KEY, n=N, grid=GRID, mach=M0, alpha=ALPHA0, threshold_mode="hard")
+    ic = star_builder(KEY, n=N, grid=GRID, mach=M0, pdf_slope=ALPHA0, threshold_mode="hard")
     assert ic.n == N
     s_cell = np.asarray(gas.field.log_density).ravel()[np.asarray(gas.field.cell_index(ic.state.positions))]
     assert np.all(s_cell > float(gas.field.threshold))
@@ -132,8 +132,8 @@ def test_star_half_mass_radius_gradient_matches_central_differences(stars):
     [
         ({"mach": 0.0}, "mach"),
         ({"mach": -2.0}, "mach"),
-        ({"alpha": 1.0}, "alpha"),
-        ({"alpha": 0.5}, "alpha"),
+        ({"pdf_slope": 1.0}, "pdf_slope"),
+        ({"pdf_slope": 0.5}, "pdf_slope"),
         ({"b": 0.0}, "b"),
         ({"b": 1.2}, "b"),
         ({"grid": 12}, "grid"),
@@ -142,10 +142,10 @@ def test_star_half_mass_radius_gradient_matches_central_differences(stars):
         ({"mach": float("nan")}, "mach"),
     ],
 )
-@pytest.mark.parametrize("builder, count", [(cloud_builder, "n_gas"), (star_builder, "n")])
-def test_bad_input_raises_clear_error(builder, count, kwargs, name):
+@pytest.mark.parametrize("builder", [cloud_builder, star_builder])
+def test_bad_input_raises_clear_error(builder, kwargs, name):
     with pytest.raises(ValueError, match=name):
-        builder(KEY, **{count: 10}, **kwargs)
+        builder(KEY, n=10, **kwargs)
 
 
 def test_star_specific_bad_input():
@@ -153,8 +153,10 @@ def test_star_specific_bad_input():
         star_builder(KEY, n=10, kappa=0.0)
     with pytest.raises(ValueError, match="threshold_mode"):
         star_builder(KEY, n=10, threshold_mode="soft")
-    with pytest.raises(ValueError, match="n_gas"):
-        cloud_builder(KEY, n_gas=0)
+    with pytest.raises(ValueError, match="n must"):
+        cloud_builder(KEY, n=0)
+    with pytest.raises(ValueError, match="alpha"):
+        star_builder(KEY, n=10, alpha=-1.0, pdf_slope=2.0)
 
 
 # -- float32 --------------------------------------------------------------------------
@@ -163,12 +165,12 @@ def test_float32_smoke_no_nan():
         key = jax.random.PRNGKey(0)
 
         def stars(mach, alpha):
-            ic = star_builder(key, n=64, grid=8, mach=mach, alpha=alpha, Q=0.5)
+            ic = star_builder(key, n=64, grid=8, mach=mach, pdf_slope=alpha, Q=0.5)
             origin = jnp.zeros(3, ic.state.positions.dtype)
             return half_mass_radius(ic.state.positions, ic.state.masses, centre=origin), ic
 
         def gas(mach, alpha):
-            cloud = cloud_builder(key, n_gas=64, grid=8, mach=mach, alpha=alpha)
+            cloud = cloud_builder(key, n=64, grid=8, mach=mach, pdf_slope=alpha)
             return dense_gas_fraction(cloud.field) + jnp.mean(cloud.smoothing_length), cloud
 
         def both(mach, alpha):
@@ -206,9 +208,9 @@ def test_built_gas_and_stars_write_to_one_gadget_snapshot(tmp_path, cloud, stars
 def test_acceptance_stars_in_dense_gas_64(mach, alpha, mode):
     key = jax.random.PRNGKey(3)
     n = 5000
-    ic = star_builder(key, n=n, grid=64, mach=mach, alpha=alpha, threshold_mode=mode)
+    ic = star_builder(key, n=n, grid=64, mach=mach, pdf_slope=alpha, threshold_mode=mode)
     assert ic.n == n
-    field = cloud_builder(key, n_gas=8, grid=64, mach=mach, alpha=alpha).field
+    field = cloud_builder(key, n=8, grid=64, mach=mach, pdf_slope=alpha).field
     observed, model = _fraction_far_below_threshold(ic, field)
     if mode == "hard":
         assert observed == 0.0
@@ -225,3 +227,34 @@ def test_dense_gas_fraction_needs_positive_kappa(cloud):
     m = np.asarray(gas.field.cell_mass_weights())
     above = np.asarray(gas.field.log_density) > float(gas.field.threshold)
     assert float(dense_gas_fraction(gas.field, hard=True)) == pytest.approx(np.sum(m * above) / np.sum(m))
+
+
+# -- the 0.1.0 keywords (deprecated aliases for one release) ---------------------------
+def _positions(x):
+    return np.asarray(x.state.positions)
+
+
+def test_old_keywords_warn_and_give_the_same_cluster():
+    kw = dict(grid=8, mach=M0)
+    with pytest.warns(FutureWarning, match="n_gas= is deprecated"):
+        old_gas = cloud_builder(KEY, n_gas=64, **kw)
+    with pytest.warns(FutureWarning, match="alpha= is deprecated"):
+        old_slope = cloud_builder(KEY, n=64, alpha=2.5, **kw)
+    np.testing.assert_array_equal(_positions(old_gas), _positions(cloud_builder(KEY, n=64, **kw)))
+    np.testing.assert_array_equal(_positions(old_slope), _positions(cloud_builder(KEY, n=64, pdf_slope=2.5, **kw)))
+    with pytest.warns(FutureWarning, match="imf_alpha= is deprecated"):
+        old_imf = star_builder(KEY, n=64, imf_alpha=2.7, pdf_slope=2.0, **kw)
+    new_imf = star_builder(KEY, n=64, alpha=2.7, pdf_slope=2.0, **kw)
+    np.testing.assert_array_equal(np.asarray(old_imf.state.masses), np.asarray(new_imf.state.masses))
+    assert float(new_imf.params["alpha"]) == 2.7 and float(new_imf.params["pdf_slope"]) == 2.0
+
+
+def test_alpha_alone_in_star_builder_warns_that_its_meaning_changed():
+    # An 0.1.0 script's star_builder(alpha=2.5) meant the PDF slope; now it is the IMF's.
+    with pytest.warns(FutureWarning, match="alpha is the IMF's high-mass slope"):
+        star_builder(KEY, n=64, grid=8, alpha=2.5)
+
+
+def test_old_and_new_name_together_is_an_error():
+    with pytest.raises(TypeError, match="pass n= only"):
+        cloud_builder(KEY, n=32, n_gas=64, grid=8)

@@ -24,7 +24,7 @@ SOUND_SPEED = 0.2
 
 
 def build(grid, mach, alpha, b=0.4, seed=0, velocity_beta=4.0):
-    f = dict(mach=mach, alpha=alpha, b=b, beta=11.0 / 3.0, velocity_beta=velocity_beta)
+    f = dict(mach=mach, pdf_slope=alpha, b=b, beta=11.0 / 3.0, velocity_beta=velocity_beta)
     f.update(r_cloud=1.0, sound_speed=SOUND_SPEED)
     f = {k: jnp.asarray(v, jnp.float64) for k, v in f.items()}
     return _build(jax.random.PRNGKey(seed), grid=grid, geometry="box", **f)
@@ -144,8 +144,8 @@ def test_pieces_validate_their_input():
         velocity_field(key, 8, 0.0, 0.2, 0.4)
     with pytest.raises(ValueError, match="b must"):
         velocity_field(key, 8, 2.0, 0.2, 1.5)
-    with pytest.raises(ValueError, match="alpha"):
-        turbulent_field(key, grid=8, alpha=1.0)
+    with pytest.raises(ValueError, match="pdf_slope"):
+        turbulent_field(key, grid=8, pdf_slope=1.0)
     with pytest.raises(ValueError, match="alpha"):
         PiecewiseLogDensityPDF.from_turbulence(5.0, 0.9, 0.4)
     with pytest.raises(ValueError, match="shape"):

@@ -196,7 +196,7 @@ def test_turbulent_gas_relaxes_without_error():
     """Gas from the gravoturbulent cloud builder (box geometry, periodic cube
     of side 2 r_cloud centred on the origin) relaxed towards its own grid
     density, looked up in the particle's cell."""
-    cloud = progenax.gravoturb.cloud_builder(0, n_gas=500, grid=16, geometry="box")
+    cloud = progenax.gravoturb.cloud_builder(0, n=500, grid=16, geometry="box")
     side = float(cloud.field.box_size)
     grid = cloud.field.log_density.shape[0]
     cell_mass = jnp.exp(cloud.field.log_density)

@@ -10,28 +10,36 @@ of side $L = 2 r_\text{cloud}$ and `grid`$^3$ cells, centred on the origin. The
 log-density $s = \ln(\rho/\rho_0)$ is a Gaussian random field ($P(k) \propto
 k^{-\beta}$) rank-mapped onto the lognormal + power-law PDF of Burkhart (2018)
 and Burkhart & Mocz (2019) with $\sigma_s^2 = \ln(1 + b^2\mathcal M^2)$ and tail
-slope $\alpha$; $\rho_0$ is the volume-weighted mean density ($\langle e^s\rangle = 1$,
-which needs $\alpha > 1$). The velocity field is Gaussian with
+slope $\alpha_s$ (`pdf_slope`); $\rho_0$ is the volume-weighted mean density
+($\langle e^s\rangle = 1$, which needs $\alpha_s > 1$). The velocity field is Gaussian with
 $P(k) \propto k^{-\beta_v}$, a solenoidal/compressive mix set by $b$, and grid
 rms $\mathcal M c_s$. With `geometry="sphere"` the cloud is the ball of radius
 $r_\text{cloud}$ (cells whose centre lies inside it); with "box" the whole cube.
 
 **Differentiability.** The cell values $s_c$ and the velocity grid are smooth
-in $\mathcal M$, $\alpha$, $b$ (and $\kappa$ for the stars' weights); so are
+in $\mathcal M$, $\alpha_s$, $b$ (and $\kappa$ for the stars' weights); so are
 grid observables (`dense_gas_fraction`). Particle positions come from
 `progenax.gravoturb.placement`: the z-offset inside a cell carries the
 gradient, the choice of cell does not (partially differentiable; a half-mass
 radius about the cloud centre, which depends on the few particles at the
 median, is differentiable almost everywhere). $\beta$ enters only through the
 ranks of the Gaussian field: zero gradient.
+
+**Keywords.** As in every other builder, `alpha` is the IMF's high-mass slope
+and `n` the particle count; the PDF's tail slope is `pdf_slope`. The 0.1.0
+names (`alpha` for the PDF slope and `imf_alpha` in `star_builder`, `n_gas`
+in `cloud_builder`) work for one release with a `FutureWarning`.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._deprecation import renamed_keyword
 from .._types import ArrayLike, Key
 from ..builders._common import as_key, check_imf, finish_cluster, sample_masses
 from ..imf import PowerLawIMF
@@ -47,6 +55,10 @@ from .velocity import velocity_field
 
 THRESHOLD_MODES = ("sigmoid", "hard")
 DENSITY_STREAM, VELOCITY_STREAM, GAS_STREAM, STAR_STREAM, MASS_STREAM, DISPERSION_STREAM = range(6)
+# Defaults as named objects: `is` on them tells an explicit argument from the default.
+PDF_SLOPE = 2.0
+IMF_ALPHA = 2.3
+GAS_COUNT = 100_000
 
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -56,14 +68,14 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 
 def _check_field_arguments(
-    checks: ParameterChecks, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed
+    checks: ParameterChecks, grid, geometry, mach, pdf_slope, b, beta, velocity_beta, r_cloud, sound_speed
 ):
     """Validate the arguments that define the field (shared by both builders)."""
     return dict(
         grid=check_grid(grid),
         geometry=_check_choice("geometry", geometry, GEOMETRIES),
         mach=checks.range("mach", mach, lower=0.0),
-        alpha=checks.range("alpha", alpha, lower=1.0),
+        pdf_slope=checks.range("pdf_slope", pdf_slope, lower=1.0),
         b=checks.range("b", b, lower=0.0, upper=1.0, upper_inclusive=True),
         beta=checks.range("beta", beta, lower=0.0, lower_inclusive=True),
         velocity_beta=checks.range("velocity_beta", velocity_beta, lower=0.0, lower_inclusive=True),
@@ -77,28 +89,31 @@ def turbulent_field(
     *,
     grid: int = 64,
     mach: ArrayLike = 5.0,
-    alpha: ArrayLike = 2.0,
+    pdf_slope: ArrayLike = PDF_SLOPE,
     b: ArrayLike = 0.4,
     beta: ArrayLike = 11.0 / 3.0,
     velocity_beta: ArrayLike = 4.0,
     r_cloud: ArrayLike = 1.0,
     sound_speed: ArrayLike = 0.2,
     geometry: str = "sphere",
+    alpha: ArrayLike | None = None,
 ) -> tuple[TurbulentField, PiecewiseLogDensityPDF]:
     """The grid both builders draw from: `(TurbulentField, PiecewiseLogDensityPDF)`.
 
-    Arguments as for `cloud_builder` (same key, same field). Validated like the
-    builders; traceable and differentiable in the float arguments.
+    Arguments as for `cloud_builder` (same key, same field; `alpha` is the
+    deprecated name of `pdf_slope`). Validated like the builders; traceable and
+    differentiable in the float arguments.
     """
+    pdf_slope = renamed_keyword("turbulent_field", "alpha", alpha, "pdf_slope", pdf_slope, unset=PDF_SLOPE)
     checks = ParameterChecks()
-    f = _check_field_arguments(checks, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed)
+    f = _check_field_arguments(checks, grid, geometry, mach, pdf_slope, b, beta, velocity_beta, r_cloud, sound_speed)
     return checks.attach(_turbulent_field(as_key(key), **f))
 
 
-def _turbulent_field(key, *, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed):
+def _turbulent_field(key, *, grid, geometry, mach, pdf_slope, b, beta, velocity_beta, r_cloud, sound_speed):
     """`turbulent_field` for validated arguments."""
-    dtype = jnp.result_type(mach, alpha, b)
-    pdf = PiecewiseLogDensityPDF.from_turbulence(mach, alpha, b)
+    dtype = jnp.result_type(mach, pdf_slope, b)
+    pdf = PiecewiseLogDensityPDF.from_turbulence(mach, pdf_slope, b)
     z = gaussian_random_field(jax.random.fold_in(key, DENSITY_STREAM), grid, beta, dtype)
     u, u_complement = mid_rank_uniforms(z)
     log_density = pdf.quantile(u, u_complement)
@@ -108,24 +123,24 @@ def _turbulent_field(key, *, grid, geometry, mach, alpha, b, beta, velocity_beta
 
 
 def _field_params(f: dict) -> dict:
-    return {k: f[k] for k in ("mach", "alpha", "b", "beta", "velocity_beta", "r_cloud", "sound_speed")}
+    return {k: f[k] for k in ("mach", "pdf_slope", "b", "beta", "velocity_beta", "r_cloud", "sound_speed")}
 
 
 # -- gas -------------------------------------------------------------------------
 @eqx.filter_jit
-def _cloud(key, n_gas, m_cloud, gamma, eta, f):
+def _cloud(key, n, m_cloud, gamma, eta, f):
     field, pdf = _turbulent_field(key, **f)
     dtype = field.log_density.dtype
     weights = field.cell_mass_weights()
-    positions, cell = cell_positions(jax.random.fold_in(key, GAS_STREAM), weights, n_gas, field.box_size)
-    masses = jnp.full((n_gas,), m_cloud / n_gas, dtype)
+    positions, cell = cell_positions(jax.random.fold_in(key, GAS_STREAM), weights, n, field.box_size)
+    masses = jnp.full((n,), m_cloud / n, dtype)
     velocities = field.sample_velocity(positions)
     velocities = velocities - jnp.mean(velocities, axis=0)
     # Cell density in Msun / pc^3: the cloud mass shared in proportion to e^s.
     cell_volume = field.cell_size**3
     density = m_cloud * weights.reshape(-1)[cell] / (jnp.sum(weights) * cell_volume)
     smoothing_length = eta * jnp.cbrt(masses / density)
-    internal_energy = jnp.full((n_gas,), f["sound_speed"] ** 2 / (gamma - 1.0), dtype)
+    internal_energy = jnp.full((n,), f["sound_speed"] ** 2 / (gamma - 1.0), dtype)
     params = {**_field_params(f), "m_cloud": m_cloud, "gamma": gamma, "eta": eta, "sigma_s": pdf.sigma, "s_t": pdf.s_t}
     state = ParticleState(positions, velocities, masses)
     return GasCloud(
@@ -143,9 +158,9 @@ def _cloud(key, n_gas, m_cloud, gamma, eta, f):
 def cloud_builder(
     key: Key | int,
     *,
-    n_gas: int = 100_000,
+    n: int = GAS_COUNT,
     mach: ArrayLike = 5.0,
-    alpha: ArrayLike = 2.0,
+    pdf_slope: ArrayLike = PDF_SLOPE,
     b: ArrayLike = 0.4,
     grid: int = 64,
     r_cloud: ArrayLike = 1.0,
@@ -156,6 +171,8 @@ def cloud_builder(
     gamma: ArrayLike = 5.0 / 3.0,
     eta: ArrayLike = 1.2,
     geometry: str = "sphere",
+    n_gas: int | None = None,
+    alpha: ArrayLike | None = None,
 ) -> GasCloud:
     r"""SPH gas particles of a turbulent cloud (experimental; see the module docstring).
 
@@ -171,9 +188,9 @@ def cloud_builder(
 
     **Arguments:**
 
-    - `key`: a `jax.random` key (or an int seed); `n_gas`: number of particles (static).
+    - `key`: a `jax.random` key (or an int seed); `n`: number of particles (static).
     - `mach`: sonic Mach number $\mathcal M$ (> 0): the velocity grid's rms is $\mathcal M c_s$.
-    - `alpha`: slope of the PDF's power-law tail, $p(s) \propto e^{-\alpha s}$ (> 1).
+    - `pdf_slope`: slope $\alpha_s$ of the PDF's power-law tail, $p(s) \propto e^{-\alpha_s s}$ (> 1).
     - `b`: turbulence forcing parameter in (0, 1] (1/3 solenoidal, 1 compressive).
     - `grid`: cells per side, a power of two >= 8 (static).
     - `r_cloud`: cloud radius in pc (> 0); the periodic box has side $2 r_\text{cloud}$.
@@ -184,28 +201,31 @@ def cloud_builder(
     - `gamma`: adiabatic index (> 1) used to express $c_s$ as an internal energy.
     - `eta`: smoothing-length factor (> 0).
     - `geometry`: "sphere" (ball of radius `r_cloud`) or "box" (the whole cube).
+    - `n_gas`, `alpha`: the deprecated 0.1.0 names of `n` and `pdf_slope`.
 
     **Returns:** a `GasCloud`, its `field` the grid it came from. Differentiable
-    (through the grid and the z-offsets) in mach, alpha, b, velocity_beta,
+    (through the grid and the z-offsets) in mach, pdf_slope, b, velocity_beta,
     r_cloud, m_cloud, sound_speed, gamma and eta; positions partially.
 
     ```python
-    cloud = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(0), n_gas=50_000, mach=5.0, alpha=2.0)
+    cloud = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(0), n=50_000, mach=5.0, pdf_slope=2.0)
     ```
     """
+    n = renamed_keyword("cloud_builder", "n_gas", n_gas, "n", n, unset=GAS_COUNT)
+    pdf_slope = renamed_keyword("cloud_builder", "alpha", alpha, "pdf_slope", pdf_slope, unset=PDF_SLOPE)
     checks = ParameterChecks()
-    n_gas = check_count("n_gas", n_gas)
-    f = _check_field_arguments(checks, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed)
+    n = check_count("n", n)
+    f = _check_field_arguments(checks, grid, geometry, mach, pdf_slope, b, beta, velocity_beta, r_cloud, sound_speed)
     m_cloud = checks.range("m_cloud", m_cloud, lower=0.0)
     gamma = checks.range("gamma", gamma, lower=1.0)
     eta = checks.range("eta", eta, lower=0.0)
-    return checks.attach(_cloud(as_key(key), n_gas, m_cloud, gamma, eta, f))
+    return checks.attach(_cloud(as_key(key), n, m_cloud, gamma, eta, f))
 
 
 # -- stars -----------------------------------------------------------------------
 NO_DENSE_CELL_MESSAGE = (
     "star_builder: no cell of the cloud carries star-formation weight (none above the transition s_t "
-    "in hard mode, or all far below it for this kappa); use a larger grid, a smaller alpha or Mach "
+    "in hard mode, or all far below it for this kappa); use a larger grid, a smaller pdf_slope or Mach "
     "number, a smaller kappa, or threshold_mode='sigmoid'"
 )
 
@@ -218,16 +238,16 @@ def star_formation_weights(field: TurbulentField, kappa, hard: bool):
 
 
 @eqx.filter_jit
-def _stars(key, n, kappa, dispersion, imf_alpha, Q, imf, units, hard, f):
+def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f):
     field, _ = _turbulent_field(key, **f)
     dtype = field.log_density.dtype
     weights = star_formation_weights(field, kappa, hard)
     weights = eqx.error_if(weights, jnp.sum(weights) <= 0, NO_DENSE_CELL_MESSAGE)
     positions, _ = cell_positions(jax.random.fold_in(key, STAR_STREAM), weights, n, field.box_size)
-    masses = sample_masses(jax.random.fold_in(key, MASS_STREAM), n, imf, imf_alpha)
+    masses = sample_masses(jax.random.fold_in(key, MASS_STREAM), n, imf, alpha)
     noise = jax.random.normal(jax.random.fold_in(key, DISPERSION_STREAM), (n, 3), dtype)
     velocities = field.sample_velocity(positions) + dispersion * noise
-    params = {**_field_params(f), "kappa": kappa, "dispersion": dispersion, "imf_alpha": imf_alpha}
+    params = {**_field_params(f), "kappa": kappa, "dispersion": dispersion, "alpha": alpha}
     params["s_t"] = field.threshold
     if Q is not None:
         params["Q"] = Q
@@ -242,7 +262,7 @@ def star_builder(
     *,
     n: int = 1_000,
     mach: ArrayLike = 5.0,
-    alpha: ArrayLike = 2.0,
+    pdf_slope: ArrayLike = PDF_SLOPE,
     kappa: ArrayLike = 10.0,
     b: ArrayLike = 0.4,
     grid: int = 64,
@@ -253,10 +273,11 @@ def star_builder(
     velocity_beta: ArrayLike = 4.0,
     Q: ArrayLike | None = None,
     imf: str | PowerLawIMF | None = None,
-    imf_alpha: ArrayLike = 2.3,
+    alpha: ArrayLike = IMF_ALPHA,
     threshold_mode: str = "sigmoid",
     geometry: str = "sphere",
     units: str = "physical",
+    imf_alpha: ArrayLike | None = None,
 ) -> InitialConditions:
     r"""n stars born in the dense gas of a turbulent cloud (experimental).
 
@@ -274,32 +295,43 @@ def star_builder(
     **Arguments:**
 
     - `key`; `n`: number of stars, exactly (static).
-    - `mach`, `alpha`, `b`, `grid`, `r_cloud`, `sound_speed`, `beta`,
+    - `mach`, `pdf_slope`, `b`, `grid`, `r_cloud`, `sound_speed`, `beta`,
       `velocity_beta`, `geometry`: the field, as for `cloud_builder`.
     - `kappa`: sharpness of the threshold (> 0), width $1/\kappa$ in $s$.
     - `dispersion`: 1D velocity dispersion added to the gas velocity, km/s (>= 0).
     - `Q`: virial ratio of the stars (> 0) or None (keep the inherited velocities).
-    - `imf`, `imf_alpha`: as `imf` and `alpha` of `progenax.plummer_builder`
-      (`imf_alpha` is the Kroupa high-mass slope; `alpha` here is the PDF's tail).
+    - `imf`, `alpha`: as for `progenax.plummer_builder` (`alpha` is the Kroupa
+      high-mass slope). In 0.1.0 `alpha` was the PDF's tail slope: for one
+      release, passing `alpha` without `pdf_slope` warns, so that an old script
+      is not silently given a different IMF.
     - `threshold_mode`: "sigmoid" (default) or "hard".
     - `units`: "physical" or "henon".
+    - `imf_alpha`: the deprecated 0.1.0 name of `alpha`.
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
-    mach, alpha, b, kappa, dispersion, imf_alpha and Q through the grid and the
+    mach, pdf_slope, b, kappa, dispersion, alpha and Q through the grid and the
     z-offsets; positions partially (the cell choice is piecewise constant).
 
     ```python
-    stars = progenax.gravoturb.star_builder(jax.random.PRNGKey(0), n=1000, mach=5.0, alpha=2.0)
+    stars = progenax.gravoturb.star_builder(jax.random.PRNGKey(0), n=1000, mach=5.0, pdf_slope=2.0)
     ```
     """
+    if alpha is not IMF_ALPHA and pdf_slope is PDF_SLOPE and imf_alpha is None:
+        warnings.warn(
+            "star_builder: alpha is the IMF's high-mass slope since 0.2.0 (in 0.1.0 it was the density "
+            "PDF's tail slope, now pdf_slope=); pass pdf_slope= as well to silence this warning",
+            FutureWarning,
+            stacklevel=2,
+        )
+    alpha = renamed_keyword("star_builder", "imf_alpha", imf_alpha, "alpha", alpha, unset=IMF_ALPHA)
     checks = ParameterChecks()
     n = check_count("n", n)
     units = check_units_name(units)
     imf = check_imf(imf)
     hard = _check_choice("threshold_mode", threshold_mode, THRESHOLD_MODES) == "hard"
-    f = _check_field_arguments(checks, grid, geometry, mach, alpha, b, beta, velocity_beta, r_cloud, sound_speed)
+    f = _check_field_arguments(checks, grid, geometry, mach, pdf_slope, b, beta, velocity_beta, r_cloud, sound_speed)
     kappa = checks.range("kappa", kappa, lower=0.0)
     dispersion = checks.range("dispersion", dispersion, lower=0.0, lower_inclusive=True)
-    imf_alpha = checks.range("imf_alpha", imf_alpha, lower=0.0, upper=10.0)
+    alpha = checks.range("alpha", alpha, lower=0.0, upper=10.0)
     Q = None if Q is None else checks.range("Q", Q, lower=0.0)
-    return checks.attach(_stars(as_key(key), n, kappa, dispersion, imf_alpha, Q, imf, units, hard, f))
+    return checks.attach(_stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f))
