@@ -132,9 +132,11 @@ def _builder(name: str) -> Callable:
 
 @functools.cache
 def _compiled(builder: str, names: tuple[str, ...], static: tuple = (), observable: str = "default"):
-    """Jitted observable and gradient of `builder` as functions of a dict of the
-    named parameters, compiled once per builder and parameter set (entries that
-    differ only in values share them)."""
+    """The jitted (observable, gradient) of `builder` as a function of a dict of
+    the named parameters, compiled once per builder and parameter set (entries
+    that differ only in values share it). One `value_and_grad` compile serves
+    the finite differences too: a second, forward-only compile of the builder
+    would cost more than the gradients it skips at `AUDIT_N` stars."""
     build = _builder(builder)
     key = jax.random.PRNGKey(AUDIT_SEED)
     measure = OBSERVABLES[observable]
@@ -143,7 +145,7 @@ def _compiled(builder: str, names: tuple[str, ...], static: tuple = (), observab
     def fn(params):
         return measure(build(key, **fixed, **params))
 
-    return jax.jit(fn), jax.jit(jax.grad(fn))
+    return jax.jit(jax.value_and_grad(fn))
 
 
 def _numeric_defaults(builder: str, static: dict[str, Any]) -> dict[str, float]:
@@ -163,14 +165,14 @@ def observable_fn(entry: AuditEntry) -> Callable[[jax.Array], jax.Array]:
     defaults = {k: v for k, v in _numeric_defaults(entry.builder, entry.static).items() if k not in entry.static}
     base = {**defaults, **entry.kwargs, entry.parameter: entry.value}
     static = tuple(sorted(entry.static.items()))
-    fn, grad = _compiled(entry.builder, tuple(sorted(base)), static, entry.observable)
+    value_and_grad = _compiled(entry.builder, tuple(sorted(base)), static, entry.observable)
     fixed = {k: jnp.asarray(v, jnp.float64) for k, v in base.items()}
 
     def at(value):
-        return fn({**fixed, entry.parameter: value})
+        return value_and_grad({**fixed, entry.parameter: value})[0]
 
     def grad_at(value):
-        return grad({**fixed, entry.parameter: value})[entry.parameter]
+        return value_and_grad({**fixed, entry.parameter: value})[1][entry.parameter]
 
     return at, grad_at
 

@@ -4,10 +4,13 @@ import jax
 import numpy as np
 import numpyro.distributions as dist
 import pytest
+from numpyro import handlers
 from numpyro.infer import MCMC, NUTS
 
 from progenax.builders import plummer_builder
-from progenax.infer import ObservedCluster, init_to_data, observe, plummer_model
+from progenax.infer import ObservedCluster, init_to_data, king_model, observe, plummer_model
+from progenax.infer.priors import check_prior_supports
+from progenax.models import King
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +147,35 @@ def test_king_model_refuses_bad_data_before_sampling(arrays):
         MCMC(NUTS(king_model, init_strategy=init_to_data()), num_warmup=2, num_samples=2, progress_bar=False).run(
             jax.random.PRNGKey(0), ObservedCluster(x[:, :2], v, m)
         )
+
+
+@pytest.mark.parametrize(
+    "name, prior, support",
+    [
+        ("r_h", dist.Normal(1.0, 0.5), r"\(0, inf\)"),
+        ("Q", dist.Uniform(-0.5, 1.0), r"\(0, inf\)"),
+        ("alpha", dist.Uniform(1.0, 12.0), r"\(0, 10\)"),
+    ],
+)
+def test_priors_outside_the_declared_support_are_refused(arrays, name, prior, support):
+    # The supports come from the declarations (Plummer.PARAMETERS and
+    # progenax.models.BUILDER_PARAMETERS), not from a copy in progenax.infer.
+    x, v, m = arrays
+    with pytest.raises(
+        ValueError,
+        match=rf"priors\['{name}'\] has support .* outside the plummer model's {name} "
+        rf"support {support}",
+    ):
+        _run(ObservedCluster(x, v, m), priors={name: prior})
+
+
+def test_king_prior_on_W0_must_stay_inside_the_solvable_range(arrays):
+    x, v, m = arrays
+    W0_support = next(p.support for p in King.PARAMETERS if p.name == "W0")
+    too_wide = dist.Uniform(1.0, W0_support.upper + 5.0)
+    with pytest.raises(ValueError, match=r"priors\['W0'\] has support \[1, 25\], outside the king model's W0"):
+        handlers.seed(king_model, 0)(ObservedCluster(x, v, m), priors={"W0": too_wide})
+    # A prior inside the support passes the check (a truncated normal on r_h too).
+    check_prior_supports(
+        {"W0": dist.Uniform(1.0, W0_support.upper), "r_h": dist.TruncatedNormal(1.0, 1.0, low=0.0)}, King
+    )

@@ -17,9 +17,11 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from .._types import Array, ArrayLike
+from ..models import AbstractClusterModel
 from .data import ObservedCluster, _concrete
 from .initialization import INIT_KEY
 from .mock import MockLikelihood
+from .priors import check_prior_supports, prior_range
 
 LIKELIHOODS = ("unbinned",)
 FRAME_PARAMETERS = ("centre", "bulk_velocity")
@@ -35,11 +37,18 @@ def total_mass_of(data: ObservedCluster, total_mass: ArrayLike | None) -> Array:
 
 
 def check_model_arguments(
-    data, likelihood, priors: Mapping | None, names: tuple[str, ...], defaults: Callable
+    data,
+    likelihood,
+    priors: Mapping | None,
+    model: type[AbstractClusterModel],
+    names: tuple[str, ...],
+    defaults: Callable,
 ) -> dict[str, dist.Distribution]:
     """Eager checks of the model's static arguments and data; returns the merged priors.
 
-    `defaults(projected, line_of_sight)` gives the model's default priors.
+    `defaults(projected, line_of_sight)` gives the model's default priors; every
+    prior's support must lie inside the support `model` (or the builders, for
+    alpha and Q) declares for its parameter (`check_prior_supports`).
     """
     if isinstance(likelihood, str) and likelihood == "mock":
         raise ValueError(
@@ -60,6 +69,7 @@ def check_model_arguments(
         if not isinstance(prior, dist.Distribution):
             raise ValueError(f"priors[{name!r}] must be a numpyro Distribution, got {prior!r}")
         merged[name] = prior
+    check_prior_supports(merged, model)
     if _concrete(data.masses):
         m = np.asarray(data.masses)
         lo, hi = KROUPA_RANGE
@@ -72,16 +82,12 @@ def check_model_arguments(
 
 def support_bounds(name: str, prior: dist.Distribution) -> tuple[float, float]:
     """(lower, upper) of a scalar prior's support, for the wall reparametrization."""
-    support = prior.support
-    if isinstance(support, constraints.interval):
-        return float(support.lower_bound), float(support.upper_bound)
-    if isinstance(support, constraints.greater_than):
-        return float(support.lower_bound), np.inf
-    if support is constraints.real:
-        return -np.inf, np.inf
+    span = prior_range(prior)
+    if span is not None:
+        return span
     raise ValueError(
         f"priors[{name!r}] must have an interval, lower-bounded or real support for reparametrize=True, "
-        f"got {support}; pass reparametrize=False"
+        f"got {prior.support}; pass reparametrize=False"
     )
 
 

@@ -283,7 +283,7 @@ def king_model(
     mcmc.run(jax.random.PRNGKey(1), data)
     ```
     """
-    merged = check_model_arguments(data, likelihood, priors, PARAMETERS + FRAME_PARAMETERS, _king_defaults)
+    merged = check_model_arguments(data, likelihood, priors, King, PARAMETERS + FRAME_PARAMETERS, _king_defaults)
     if isinstance(likelihood, MockLikelihood):
         params = {p: numpyro.sample(p, merged[p], infer={INIT_KEY: likelihood.fiducial[p]}) for p in PARAMETERS}
         mock_factor(likelihood, King, params)

@@ -45,6 +45,7 @@ import numpy as np
 
 from .._types import Array, ArrayLike
 from ..imf import kroupa
+from ..profiles.plummer import plummer_escape_speed_squared
 
 VELOCITY_NORM = 128.0 / (7.0 * np.pi**2)
 """C in p(v | r) = C w^-3 (1 - v^2/w^2)^(7/2)."""
@@ -81,7 +82,7 @@ def plummer_velocity_logpdf(
     The edge speed is w = sqrt(2Q) v_e(r), v_e^2 = 2 G M / sqrt(r^2 + a^2).
     """
     v2 = jnp.sum(jnp.asarray(velocities) ** 2, axis=-1)
-    w2 = 4.0 * Q * G * total_mass / jnp.sqrt(jnp.asarray(r) ** 2 + a**2)
+    w2 = 2.0 * Q * plummer_escape_speed_squared(jnp.asarray(r) ** 2, total_mass, a, G)
     return np.log(VELOCITY_NORM) - 1.5 * jnp.log(w2) + _log_edge_factor(v2 / w2, 3.5)
 
 
@@ -115,7 +116,7 @@ def plummer_projected_velocity_logpdf(
     """
     R2 = jnp.sum(jnp.asarray(positions) ** 2, axis=-1)
     b2 = R2 + a**2
-    w02 = 4.0 * Q * G * total_mass / jnp.sqrt(b2)
+    w02 = 2.0 * Q * plummer_escape_speed_squared(R2, total_mass, a, G)
     u = jnp.sum(jnp.asarray(velocities) ** 2, axis=-1) / w02
     inside = u < 1.0
     log_i = jnp.log(jnp.where(inside, depth_integral(jnp.where(inside, u, 0.5)), 1.0))

@@ -42,6 +42,7 @@ import numpy as np
 from jax.scipy.special import gammainc, logsumexp
 
 from .._types import Array, ArrayLike
+from ..profiles.plummer import plummer_escape_speed_squared
 from .likelihoods import _log_edge_factor, depth_integral
 
 LOS_NORM = 256.0 / (63.0 * np.pi)
@@ -118,7 +119,7 @@ def plummer_projected_los_logpdf(
     """
     R2 = jnp.sum(jnp.asarray(positions) ** 2, axis=-1)
     b2 = R2 + a**2
-    w02 = 4.0 * Q * G * total_mass / jnp.sqrt(b2)
+    w02 = 2.0 * Q * plummer_escape_speed_squared(R2, total_mass, a, G)
     log_surface = np.log(3.0 / (4.0 * np.pi)) + 2.0 * jnp.log(a) - 2.0 * jnp.log(b2)
     v_los = jnp.asarray(v_los)
     if error is None:

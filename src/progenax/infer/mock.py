@@ -73,7 +73,7 @@ from ..validation import check_static_int
 from .data import ObservedCluster
 from .initialization import plummer_initial_values
 from .likelihoods import kroupa_log_likelihood
-from .priors import shared_priors
+from .priors import check_prior_supports, shared_priors
 from .simulate import simulate_model
 
 MASS_EDGES = (0.5, 1.0, 2.0, 5.0)
@@ -353,6 +353,7 @@ def mock_likelihood(
     )
     t_obs, probes, group = data_summaries(spec, data, n_probes)
     merged_priors = {**shared_priors(data.projected, data.line_of_sight), **dict(priors or {})}
+    check_prior_supports(merged_priors, model)
     fid = _fiducial(data, model, None if total_mass is None else M, merged_priors)
     fid.update(fiducial or {})
     fid = {k: jnp.asarray(v, dtype) for k, v in fid.items()}

@@ -24,7 +24,7 @@ import numpyro.distributions as dist
 
 from .._types import Array, ArrayLike
 from ..models import Plummer
-from ..profiles.plummer import plummer_scale_radius
+from ..profiles.plummer import plummer_escape_speed_squared, plummer_scale_radius
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
 from .framework import FRAME_PARAMETERS, check_model_arguments, total_mass_of
@@ -109,7 +109,7 @@ def _plummer_los_terms(data, x, v, a, M, Q, G):
     if data.projected:
         return plummer_projected_los_logpdf(x, v, a, M, Q, G, data.velocity_errors)
     r2 = jnp.sum(x**2, axis=-1)
-    w = jnp.sqrt(4.0 * Q * G * M / jnp.sqrt(r2 + a**2))
+    w = jnp.sqrt(2.0 * Q * plummer_escape_speed_squared(r2, M, a, G))
     if data.velocity_errors is None:
         log_v = plummer_los_logpdf(v, w)
     else:
@@ -163,7 +163,7 @@ def plummer_model(
     mcmc.run(jax.random.PRNGKey(1), data)
     ```
     """
-    merged = check_model_arguments(data, likelihood, priors, PARAMETERS + FRAME_PARAMETERS, default_priors)
+    merged = check_model_arguments(data, likelihood, priors, Plummer, PARAMETERS + FRAME_PARAMETERS, default_priors)
     if isinstance(likelihood, MockLikelihood):
         params = {p: numpyro.sample(p, merged[p], infer={INIT_KEY: likelihood.fiducial[p]}) for p in PARAMETERS}
         mock_factor(likelihood, Plummer, params)

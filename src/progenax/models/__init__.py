@@ -15,6 +15,7 @@ from ._base import RecordedModel as RecordedModel
 from ._base import as_model as as_model
 from ._base import density_at as density_at
 from ._base import model_from_record as model_from_record
+from .common import BUILDER_PARAMETERS as BUILDER_PARAMETERS
 from .dehnen import Dehnen as Dehnen
 from .eff import EFF as EFF
 from .king import King as King
@@ -22,6 +23,7 @@ from .lowered_isothermal import LoweredIsothermal as LoweredIsothermal
 from .plummer import Plummer as Plummer
 
 __all__ = [
+    "BUILDER_PARAMETERS",
     "REGISTRY",
     "AbstractClusterModel",
     "Dehnen",

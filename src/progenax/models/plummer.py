@@ -20,6 +20,7 @@ from .._types import Array, ArrayLike
 from ..kinematics.plummer_df import sample_speed_fraction
 from ..profiles.plummer import (
     plummer_density,
+    plummer_escape_speed_squared,
     plummer_mass_fraction,
     plummer_potential,
     plummer_sample_radii,
@@ -58,8 +59,7 @@ class Plummer(AbstractClusterModel):
         return plummer_potential(r, self.total_mass, self.scale_radius, self.G)
 
     def escape_speed(self, r: ArrayLike) -> Array:
-        r = jnp.asarray(r)
-        return jnp.sqrt(2.0 * self.G * self.total_mass / jnp.sqrt(r**2 + self.scale_radius**2))
+        return jnp.sqrt(plummer_escape_speed_squared(jnp.asarray(r) ** 2, self.total_mass, self.scale_radius, self.G))
 
     def sample_radii(self, key: Array, n: int, dtype) -> Array:
         return materialize(plummer_sample_radii(uniform_open(key, (n,), dtype), self.scale_radius))

@@ -41,6 +41,16 @@ def plummer_potential(r: ArrayLike, total_mass: ArrayLike, a: ArrayLike, G: Arra
     return -G * total_mass / jnp.sqrt(jnp.asarray(r) ** 2 + jnp.asarray(a) ** 2)
 
 
+def plummer_escape_speed_squared(r_squared: ArrayLike, total_mass: ArrayLike, a: ArrayLike, G: ArrayLike) -> Array:
+    r"""$v_e^2 = -2\Phi = 2GM/\sqrt{r^2 + a^2}$ at squared radius `r_squared`.
+
+    Taking $r^2$ keeps a square root of $|x|^2$ (and its infinite derivative at
+    the centre) out of callers that hold squared radii, e.g. the projected
+    likelihoods' $R^2 + a^2$.
+    """
+    return 2.0 * G * total_mass / jnp.sqrt(jnp.asarray(r_squared) + jnp.asarray(a) ** 2)
+
+
 def plummer_velocity_dispersion(r: ArrayLike, total_mass: ArrayLike, a: ArrayLike, G: ArrayLike) -> Array:
     """One-dimensional isotropic velocity dispersion sigma(r)."""
     return jnp.sqrt(G * total_mass / (6.0 * jnp.sqrt(jnp.asarray(r) ** 2 + jnp.asarray(a) ** 2)))
