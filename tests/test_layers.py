@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("diagnostics", ("diagnostics",)),
     ("state", ("state",)),
     ("structure", ("structure",)),
+    ("binaries", ("binaries",)),
     ("builders", ("builders", "gravoturb")),
     ("sph", ("sph",)),
     ("infer, io, plotting", ("infer", "io", "plotting")),

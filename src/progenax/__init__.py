@@ -1,6 +1,7 @@
 """progenax: differentiable star-cluster initial conditions in JAX."""
 
 from . import audit as audit
+from . import binaries as binaries
 from . import diagnostics as diagnostics
 from . import gravoturb as gravoturb
 from . import imf as imf
@@ -10,6 +11,8 @@ from . import sampling as sampling
 from . import sph as sph
 from . import structure as structure
 from ._version import __version__ as __version__
+from .binaries import BinaryPopulation as BinaryPopulation
+from .binaries import solve_kepler as solve_kepler
 from .builders import eff_builder as eff_builder
 from .builders import fractal_builder as fractal_builder
 from .builders import king_builder as king_builder
@@ -51,6 +54,9 @@ __all__ = [
     "relax",
     "jacobi_radius_flat_rotation",
     "jacobi_radius_point_mass",
+    # binaries
+    "BinaryPopulation",
+    "solve_kepler",
     # containers
     "InitialConditions",
     "ParticleState",
@@ -61,6 +67,7 @@ __all__ = [
     "physical_units",
     # submodules
     "audit",
+    "binaries",
     "diagnostics",
     "gravoturb",
     "imf",

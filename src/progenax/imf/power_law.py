@@ -25,14 +25,14 @@ def _series_threshold(x: Array) -> float:
     return 1e-8 if x.dtype == jnp.float64 else 1e-4
 
 
-def _expm1_over_x(x: Array) -> Array:
+def expm1_over_x(x: Array) -> Array:
     """(exp(x) - 1) / x, with the limit 1 at x = 0 (gradient-safe)."""
     small = jnp.abs(x) < _series_threshold(x)
     x_safe = jnp.where(small, 1.0, x)
     return jnp.where(small, 1.0 + 0.5 * x, jnp.expm1(x_safe) / x_safe)
 
 
-def _log1p_frac_over_x(v: Array, x: Array, L: Array) -> Array:
+def log1p_frac_over_x(v: Array, x: Array, L: Array) -> Array:
     """log1p(v (exp(x L) - 1)) / x, with its limit v L at x = 0.
 
     This is ln(m / a) for the within-segment inverse CDF at fraction v of a
@@ -49,7 +49,7 @@ def _segment_integral(lo: Array, hi: Array, power: Array) -> Array:
     r"""$\int_{lo}^{hi} m^{\text{power}}\, dm$ for each segment, safe at power = -1."""
     L = jnp.log(hi / lo)
     x = 1.0 + power
-    return lo**x * L * _expm1_over_x(x * L)
+    return lo**x * L * expm1_over_x(x * L)
 
 
 class PowerLawIMF(eqx.Module):
@@ -138,7 +138,7 @@ class PowerLawIMF(eqx.Module):
         width = edges[k + 1] - edges[k]
         v = jnp.clip((u - edges[k]) / width, 0.0, 1.0)
         lo, hi = self.breaks[k], self.breaks[k + 1]
-        log_ratio = _log1p_frac_over_x(v, 1.0 - self.slopes[k], jnp.log(hi / lo))
+        log_ratio = log1p_frac_over_x(v, 1.0 - self.slopes[k], jnp.log(hi / lo))
         return lo * jnp.exp(log_ratio)
 
     def _segment_index(self, m: Array) -> Array:
