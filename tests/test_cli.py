@@ -184,6 +184,9 @@ def test_plot_command(tmp_path, capsys):
         (["demo", "--n", "-5"], ["--n"]),
         (["build", "plummer", "--r-h", "-1"], ["r_h"]),
         (["build", "plummer", "--Q", "nan"], ["Q"]),
+        (["build", "plummer", "--Q", "inf"], ["Q", "finite"]),
+        (["build", "plummer", "--r-h", "inf"], ["r_h", "finite"]),
+        (["build", "plummer", "--n", "1", "--units", "henon"], ["n must be >= 2", "henon"]),
         (["build", "plummer", "-o", "cluster.txt"], [".h5", ".npz"]),
         (["build", "plummer", "--gamma", "2.0"], ["--gamma", "eff"]),
         (["build", "plummer", "--r-t", "10"], ["--r-t", "eff"]),
@@ -270,3 +273,38 @@ def test_build_and_info_in_other_formats(tmp_path, capsys, fmt, name):
 def test_unknown_extension_without_format_is_a_usage_error(tmp_path, capsys):
     code, _, err = _run(capsys, "build", "plummer", "--n", "50", "-o", str(tmp_path / "x.txt"))
     assert code == 2 and "--format" in err
+
+
+# ------------------------------------------------------------ failed writes, NaN input
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(28, "No space left on device"),
+        RuntimeError("Can't decrement id ref count (unable to extend file properly, errno = 27)"),
+    ],
+)
+def test_a_failed_write_is_one_line_and_keeps_the_old_file(tmp_path, capsys, monkeypatch, error):
+    path = tmp_path / "cluster.h5"
+    assert _run(capsys, "build", "plummer", "--n", N, "--seed", 1, "-o", path)[0] == 0
+    before = path.read_bytes()
+
+    def fail(temp):  # as a full disk or `ulimit -f` would, after the data went to the temporary file
+        raise error
+
+    monkeypatch.setattr("progenax.io._paths._sync", fail)
+    code, out, err = _run(capsys, "build", "plummer", "--n", N, "--seed", 2, "-o", path)
+    assert code == 1 and "Traceback" not in err
+    assert err.strip().splitlines() == [f"progenax build: error: {error}"]
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["cluster.h5"]
+
+
+def test_relax_refuses_a_nan_input_in_one_line(tmp_path, capsys):
+    path = tmp_path / "nan.h5"
+    assert _run(capsys, "build", "plummer", "--n", N, "-o", path)[0] == 0
+    with h5py.File(path, "r+") as f:
+        f["positions"][3, 1] = np.nan
+    code, out, err = _run(capsys, "relax", path, "-o", tmp_path / "r.h5", "--steps", 2)
+    _assert_usage_error(code, err, "nan.h5", "positions must be finite", "row 3")
+    assert not (tmp_path / "r.h5").exists()

@@ -1,8 +1,13 @@
+import math
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from progenax.validation import ParameterChecks, check_count, check_range
+from progenax.validation import ParameterChecks, check_count, check_finite, check_range
 
 
 def test_check_range_eager_names_argument():
@@ -41,3 +46,89 @@ def test_condition_eager():
 def test_check_count(bad):
     with pytest.raises(ValueError, match="n"):
         check_count("n", bad)
+
+
+# --------------------------------------------------------- non-finite values (issue 25)
+
+NON_FINITE = [float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.mark.parametrize("bad", NON_FINITE)
+@pytest.mark.parametrize("bounds", [{"lower": 0.0}, {"lower": 0.0, "upper": 10.0}, {}])
+def test_check_range_refuses_non_finite_eagerly(bad, bounds):
+    with pytest.raises(ValueError, match="r_h must be .*finite"):
+        check_range("r_h", bad, **bounds)
+
+
+@pytest.mark.parametrize("bad", NON_FINITE)
+def test_check_range_refuses_non_finite_under_jit(bad):
+    f = jax.jit(lambda x: check_range("r_h", x, lower=0.0))
+    assert float(f(2.0)) == 2.0
+    with pytest.raises(Exception, match="r_h must be > 0.0 and finite"):
+        jax.block_until_ready(f(bad))
+
+
+@pytest.mark.parametrize("transform", [jax.grad, jax.jacfwd, jax.jacrev])
+def test_eager_derivative_at_a_bad_value_names_the_argument(transform):
+    # Under eager grad the value is a tracer whose comparison is concrete: a
+    # ValueError naming r_h and its value, not a TracerArrayConversionError.
+    with pytest.raises(ValueError, match=r"r_h must be > 0.0 and finite, got -1.0"):
+        transform(lambda x: check_range("r_h", x, lower=0.0) ** 2)(-1.0)
+    checks = ParameterChecks()
+    with pytest.raises(ValueError, match=r"Q must be > 0.0 and finite, got inf"):
+        transform(lambda x: checks.range("Q", x, lower=0.0) ** 2)(jnp.inf)
+    assert float(transform(lambda x: check_range("r_h", x, lower=0.0) ** 2)(3.0)) == 6.0
+
+
+def test_note_and_count_messages():
+    with pytest.raises(ValueError, match="ra must be > 0.0 and finite, got inf; pass ra=None"):
+        check_range("ra", float("inf"), lower=0.0, note="; pass ra=None")
+    with pytest.raises(ValueError, match="n must be >= 2 for henon, got 1"):
+        check_count("n", 1, 2, "for henon")
+
+
+def test_check_finite_names_the_array_and_row():
+    check_finite("positions", jnp.ones((4, 3)))
+    x = np.ones((5, 3))
+    x[3, 1] = np.inf
+    with pytest.raises(ValueError, match=r"positions must be finite: 1 of 5 row\(s\).*row 3"):
+        check_finite("positions", x)
+    with pytest.raises(ValueError, match="length must be finite, got nan"):
+        check_finite("length", np.float64("nan"))
+
+
+# Property: check_range accepts exactly the finite values inside the bounds,
+# eagerly and under jit (one compile per bound set, reused by every example).
+BOUNDS = [
+    {"lower": 0.0},
+    {"lower": 0.0, "upper": 1.0, "lower_inclusive": True},
+    {"lower": 1e-3, "upper": 20.0, "lower_inclusive": True, "upper_inclusive": True},
+]
+_JITTED = [jax.jit(lambda x, b=b: check_range("p", x, **b)) for b in BOUNDS]
+
+
+def _inside(x, lower=None, upper=None, lower_inclusive=False, upper_inclusive=False):
+    if not math.isfinite(x):
+        return False
+    above = lower is None or (x >= lower if lower_inclusive else x > lower)
+    below = upper is None or (x <= upper if upper_inclusive else x < upper)
+    return above and below
+
+
+# Subnormals are left out: XLA on CPU flushes them to zero, so 1e-310 > 0 is
+# False in the check, and the check (XLA) and `_inside` (Python) would differ.
+@settings(max_examples=60, deadline=None)
+@given(
+    x=st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False, width=64),
+    which=st.sampled_from(range(len(BOUNDS))),
+)
+def test_check_range_property(x, which):
+    bounds = BOUNDS[which]
+    if _inside(x, **bounds):
+        assert float(check_range("p", x, **bounds)) == x
+        assert float(_JITTED[which](x)) == x
+    else:
+        with pytest.raises(ValueError, match="p must be"):
+            check_range("p", x, **bounds)
+        with pytest.raises(Exception, match="p must be"):
+            jax.block_until_ready(_JITTED[which](x))

@@ -13,7 +13,9 @@ progenax demo --output-dir demo_output
 
 Clusters are built in float64 (the command line turns on `jax_enable_x64`) and
 written in progenax's own schema (`progenax.io`). A bad argument prints one line
-on stderr and exits with status 2; `audit` exits with 1 when a check fails.
+on stderr and exits with status 2; a failed write (disk full, `ulimit -f`) prints
+one line and exits with 1, leaving any old output file as it was (the writers are
+atomic); `audit` exits with 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -288,6 +290,10 @@ def _cmd_relax(args: argparse.Namespace) -> int:
         raise UsageError(f"--eta must be positive, got {args.eta}")
     ic = pio.read(args.path, format=args.format)
     out_format = _checked_format(args.output, None)
+    try:
+        pio.check_finite_arrays(ic)  # NaN in would be NaN out, after the whole relaxation
+    except ValueError as err:
+        raise UsageError(f"{args.path}: {err}; nothing to relax") from None
     relaxed = relax(ic, steps=args.steps, eta=args.eta, progress=args.progress)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     pio.write(relaxed, args.output, format=out_format)
@@ -329,8 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default `sys.argv[1:]`); return the exit status.
 
     Used as the `progenax` console script, whose caller exits with the returned
-    status. A bad argument or unreadable file prints one line and returns 2 (set
-    the environment variable `PROGENAX_DEBUG=1` to see the traceback instead).
+    status. A bad argument or unreadable file prints one line and returns 2; a
+    write or run that fails (`OSError` such as a full disk, `RuntimeError`)
+    prints one line and returns 1 (set the environment variable
+    `PROGENAX_DEBUG=1` to see the traceback instead).
     """
     parser = build_parser()
     try:
@@ -346,13 +354,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as err:
         # A parameter that only a traced check can judge (r_h against r_t, say)
         # is reported by `equinox.error_if` at run time: still a bad argument.
+        # Any other (HDF5's "unable to extend file") is a failure, in one line too.
+        bad_argument = isinstance(err, getattr(eqx, "EquinoxRuntimeError", ()))
+        return _report(prog, err, EXIT_USAGE if bad_argument else EXIT_FAILED)
+    except OSError as err:
+        # A disk full, `ulimit -f`, an I/O error: the atomic writers left the old file.
+        return _report(prog, err, EXIT_FAILED)
 
-        if not isinstance(err, getattr(eqx, "EquinoxRuntimeError", ())):
-            raise
-        return _report(prog, err)
 
-
-def _report(prog: str, err: BaseException) -> int:
+def _report(prog: str, err: BaseException, status: int = EXIT_USAGE) -> int:
     if os.environ.get("PROGENAX_DEBUG"):
         raise err
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
@@ -360,7 +370,7 @@ def _report(prog: str, err: BaseException) -> int:
     marked = [line.split("EquinoxRuntimeError:", 1)[1].strip() for line in lines if "EquinoxRuntimeError:" in line]
     message = marked[-1] if marked else lines[0] if lines else type(err).__name__
     print(f"{prog}: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return status
 
 
 if __name__ == "__main__":

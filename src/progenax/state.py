@@ -5,10 +5,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from ._types import Masses, Positions, Scalar, Velocities, Weights
+from ._types import Array, Masses, Positions, Scalar, Velocities, Weights
 from .diagnostics.energy import potential_energy
 from .models import AbstractClusterModel, model_from_record
-from .units import Units, henon_units, physical_units
+from .units import Units, check_henon_count, henon_units, physical_units
 
 
 class ParticleState(eqx.Module):
@@ -44,6 +44,9 @@ class InitialConditions(eqx.Module):
     - `params`: the parameters used, name -> value (differentiable leaves):
       the model's, the IMF's, Q and the modifiers'.
     - `units`: the `Units` the state is expressed in.
+    - `pairs`: (n_pairs, 2) integer indices (primary, secondary) of the
+      primordial binaries into the state, or None (no binaries; see
+      `progenax.BinaryPopulation`).
     """
 
     state: ParticleState
@@ -51,6 +54,7 @@ class InitialConditions(eqx.Module):
     model: AbstractClusterModel
     params: dict[str, Scalar]
     units: Units
+    pairs: Array | None = None
 
     @property
     def n(self) -> int:
@@ -62,25 +66,33 @@ class InitialConditions(eqx.Module):
             self.model = model_from_record(self.model, self.params, total_mass)
 
     @classmethod
-    def from_record(cls, state: ParticleState, weights, name: str, params: dict, units: Units) -> InitialConditions:
+    def from_record(
+        cls, state: ParticleState, weights, name: str, params: dict, units: Units, pairs=None
+    ) -> InitialConditions:
         """A cluster read from a file: the model rebuilt from its recorded name and
         parameters (`progenax.models.model_from_record`), in physical units."""
-        return cls(state, weights, name, params, units)
+        return cls(state, weights, name, params, units, None if pairs is None else jnp.asarray(pairs))
 
     def to_henon(self) -> InitialConditions:
         """Convert to Henon units: G = M = 1, length unit the virial radius.
 
         The virial radius r_v = G M^2 / (2|W|) uses the weighted masses and the
-        potential energy from `progenax.diagnostics.potential_energy`.
+        potential energy from `progenax.diagnostics.potential_energy`; a single
+        star has none, so one star is refused (`ValueError` naming `n`). With
+        `pairs`, W is that of the systems (each binary at its centre of mass), as
+        in McLuster and NBODY6: the binaries' own binding energy, which can
+        exceed the cluster's, does not set the length unit.
         """
 
         if self.units.name == "henon":
             return self
+        check_henon_count(self.state.masses.shape[0])
         phys = self.to_physical()
         s = phys.state
         m = s.masses * phys.weights
         mtot = jnp.sum(m)
-        w = potential_energy(s.positions, m, G=phys.units.G)
+        x, m_systems = (s.positions, m) if self.pairs is None else _systems(s.positions, m, self.pairs)
+        w = potential_energy(x, m_systems, G=phys.units.G)
         r_v = phys.units.G * mtot**2 / (2.0 * jnp.abs(w))
         return _rescale(phys, henon_units(mtot, r_v))
 
@@ -89,6 +101,17 @@ class InitialConditions(eqx.Module):
         if self.units.name == "physical":
             return self
         return _rescale(self, physical_units())
+
+
+def _systems(positions: Array, masses: Array, pairs: Array) -> tuple[Array, Array]:
+    """Positions and masses with each pair merged into its primary's row at the
+    pair's centre of mass (its secondary's row keeps its place with mass 0)."""
+    primary, secondary = pairs[:, 0], pairs[:, 1]
+    m_pair = masses[primary] + masses[secondary]
+    x_pair = (masses[primary, None] * positions[primary] + masses[secondary, None] * positions[secondary]) / m_pair[
+        :, None
+    ]
+    return positions.at[primary].set(x_pair), masses.at[primary].set(m_pair).at[secondary].set(0.0)
 
 
 def _rescale(ic: InitialConditions, new: Units) -> InitialConditions:
@@ -100,4 +123,4 @@ def _rescale(ic: InitialConditions, new: Units) -> InitialConditions:
         velocities=s.velocities * (old.velocity_kms / new.velocity_kms),
         masses=s.masses * (old.mass_msun / new.mass_msun),
     )
-    return InitialConditions(state, ic.weights, ic.model, ic.params, new)
+    return InitialConditions(state, ic.weights, ic.model, ic.params, new, ic.pairs)

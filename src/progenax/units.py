@@ -20,6 +20,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from ._types import ArrayLike, Scalar
+from .validation import check_count
 
 G_PHYSICAL = 4.300917270e-3
 """Gravitational constant in pc Msun^-1 (km/s)^2."""
@@ -77,8 +78,21 @@ def henon_units(total_mass_msun: ArrayLike, virial_radius_pc: ArrayLike) -> Unit
 UNIT_SYSTEMS = ("physical", "henon")
 
 
-def check_units_name(units: str) -> str:
-    """Validate a unit-system name eagerly (a static choice)."""
+HENON_MIN_N = 2
+"""The fewest stars Henon units are defined for: one star has no potential
+energy, so no virial radius (the length unit) and no finite velocity unit."""
+
+
+def check_henon_count(n: int) -> int:
+    """`n` (static), or `ValueError` if Henon units cannot be set for n stars."""
+    return check_count("n", n, HENON_MIN_N, "for units='henon' (one star has no virial radius, the length unit)")
+
+
+def check_units_name(units: str, n: int | None = None) -> str:
+    """Validate a unit-system name eagerly (a static choice), and with `n` that
+    the cluster has enough stars for it (`check_henon_count`)."""
     if units not in UNIT_SYSTEMS:
         raise ValueError(f"units must be one of {UNIT_SYSTEMS}, got {units!r}")
+    if units == "henon" and n is not None:
+        check_henon_count(n)
     return units

@@ -3,6 +3,13 @@
 A traced value (under jit or grad) cannot be inspected in Python, so its check is
 compiled into the graph with `equinox.error_if`, which raises at run time with the
 same message. Concrete values are checked eagerly before any tracing.
+
+Every range check also refuses non-finite values: NaN, and +-inf even where the
+range is open-ended (an infinite radius or virial ratio has no cluster). An
+optional parameter that is absent is None, never inf. Under eager `jax.grad` /
+`jacfwd` the value is a differentiation tracer whose comparison with the bounds
+is still concrete: the check raises `ValueError` at once, naming the argument
+and the primal value.
 """
 
 from __future__ import annotations
@@ -15,12 +22,12 @@ import numpy as np
 from ._types import Array, ArrayLike
 
 
-def check_count(name: str, value: int) -> int:
-    """A static particle count: a Python int >= 1."""
+def check_count(name: str, value: int, lowest: int = 1, why: str = "") -> int:
+    """A static particle count: a Python int >= `lowest` (`why` says what needs it)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be a positive int (static), got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < lowest:
+        raise ValueError(f"{name} must be >= {lowest}{f' {why}' if why else ''}, got {value}")
     return int(value)
 
 
@@ -35,6 +42,32 @@ def _is_concrete(x: Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _shown(x: Array) -> str:
+    """The value for a message: a differentiation tracer (eager `grad`, `jacfwd`)
+    shows its primal; any other tracer cannot be shown (never `np.asarray` it)."""
+    while isinstance(x, jax.core.Tracer) and hasattr(x, "primal"):
+        x = x.primal
+    return str(np.asarray(x)) if _is_concrete(x) else "a traced value"
+
+
+def check_finite(name: str, value: ArrayLike) -> None:
+    """Refuse a concrete array that holds NaN or inf (`ValueError` naming it and
+    the first bad row); a traced one is not checked here."""
+    if not _is_concrete(value):
+        return
+    x = np.asarray(value)
+    if x.dtype.kind not in "fc":
+        return
+    bad = ~np.isfinite(x)
+    if bad.any() and x.ndim == 0:
+        raise ValueError(f"{name} must be finite, got {x}")
+    if bad.any():
+        rows = np.unique(np.nonzero(bad)[0])
+        raise ValueError(
+            f"{name} must be finite: {rows.size} of {x.shape[0]} row(s) hold NaN or inf (first at row {rows[0]})"
+        )
+
+
 def check_range(
     name: str,
     value: ArrayLike,
@@ -43,20 +76,23 @@ def check_range(
     upper: float | None = None,
     lower_inclusive: bool = False,
     upper_inclusive: bool = False,
+    note: str = "",
 ) -> Array:
-    """Check a (possibly traced) parameter lies in its allowed range and is not NaN.
+    """Check a (possibly traced) parameter lies in its allowed range and is finite.
 
     Returns the value as a float array; under jit the check runs at execution.
+    `note` is appended to the message (e.g. what None means for an optional one).
     """
     x = jnp.asarray(value, dtype=jnp.result_type(float))
     bad, message = _range_violation(name, x, lower, upper, lower_inclusive, upper_inclusive)
     # Test `bad`, not `x`: under jit a closed-over constant `x` is concrete while
-    # the comparison built from it is traced.
+    # the comparison built from it is traced (and under eager grad `x` is a
+    # tracer while `bad` is concrete).
     if _is_concrete(bad):
         if bool(jnp.any(bad)):
-            raise ValueError(f"{message}, got {np.asarray(x)}")
+            raise ValueError(f"{message}, got {_shown(x)}{note}")
         return x
-    return eqx.error_if(x, jnp.any(bad), message)
+    return eqx.error_if(x, jnp.any(bad), message + note)
 
 
 def _range_violation(
@@ -67,8 +103,8 @@ def _range_violation(
     lower_inclusive: bool = False,
     upper_inclusive: bool = False,
 ) -> tuple[Array, str]:
-    """Elementwise 'out of range or NaN' and the message naming the range."""
-    bad = jnp.isnan(x)
+    """Elementwise 'out of range or not finite' and the message naming the range."""
+    bad = ~jnp.isfinite(x)
     parts = []
     if lower is not None:
         bad = bad | ((x < lower) if lower_inclusive else (x <= lower))
@@ -76,8 +112,8 @@ def _range_violation(
     if upper is not None:
         bad = bad | ((x > upper) if upper_inclusive else (x >= upper))
         parts.append(f"{'<=' if upper_inclusive else '<'} {upper}")
-    allowed = " and ".join(parts) if parts else "not NaN"
-    return bad, f"{name} must be {allowed} (and not NaN)"
+    allowed = " and ".join([*parts, "finite"])
+    return bad, f"{name} must be {allowed}"
 
 
 class ParameterChecks:
@@ -94,14 +130,14 @@ class ParameterChecks:
         self._preds: list[Array] = []
         self._messages: list[str] = []
 
-    def range(self, name: str, value: ArrayLike, **bounds) -> Array:
+    def range(self, name: str, value: ArrayLike, note: str = "", **bounds) -> Array:
         """`check_range`, deferring a traced check to `attach`."""
         x = jnp.asarray(value, dtype=jnp.result_type(float))
         bad, message = _range_violation(name, x, **bounds)
         if _is_concrete(bad):
-            return check_range(name, x, **bounds)
+            return check_range(name, x, note=note, **bounds)
         self._preds.append(jnp.any(bad))
-        self._messages.append(message)
+        self._messages.append(message + note)
         return x
 
     def condition(self, bad: ArrayLike, message: str) -> None:

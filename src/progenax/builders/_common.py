@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, Key
+from ..binaries import Binaries, BinaryPopulation
 from ..diagnostics.energy import EXACT_MAX_N, scale_to_virial_ratio
 from ..imf import PowerLawIMF, kroupa, salpeter
 from ..models import AbstractClusterModel
@@ -21,6 +22,7 @@ from ..state import InitialConditions, ParticleState
 from ..structure.segregation import apply_segregation
 from ..units import G_PHYSICAL, check_units_name, physical_units
 from ..validation import ParameterChecks, check_count
+from ._binaries import with_companions
 
 IMF_CHOICES = ("kroupa", "salpeter", "equal")
 
@@ -57,7 +59,7 @@ def check_common_arguments(n, units, imf, r_h, alpha, Q) -> CommonArguments:
     return CommonArguments(
         checks=checks,
         n=check_count("n", n),
-        units=check_units_name(units),
+        units=check_units_name(units, n),
         imf=check_imf(imf),
         r_h=checks.range("r_h", r_h, lower=0.0),
         alpha=checks.range("alpha", alpha, lower=0.0, upper=10.0),
@@ -126,10 +128,15 @@ def finish_cluster(
     *,
     centre_positions: bool = True,
     large_n_energy: str = "spherical",
+    companions: Binaries | None = None,
+    binaries: BinaryPopulation | None = None,
 ) -> InitialConditions:
     """Move to the centre-of-mass frame, scale to Q (unless None), set units.
 
     `model` is what the cluster was drawn from (`InitialConditions.model`).
+    With `companions` (`progenax.builders._binaries.draw_companions` of the
+    population `binaries`) the rows are systems: the frame and Q are the
+    systems', then each system becomes its two stars (`with_companions`).
 
         Velocities always get zero total momentum; positions are moved to the centre
         of mass unless `centre_positions=False` (heavy-tailed models keep their model
@@ -140,6 +147,9 @@ def finish_cluster(
     """
     if large_n_energy not in ("spherical", "mesh"):
         raise ValueError(f"large_n_energy must be 'spherical' or 'mesh', got {large_n_energy!r}")
+    if companions is not None:
+        masses = companions.system_masses
+        model = model.with_mass(jnp.sum(masses))
     velocities = _centre(velocities, masses)
     if Q is not None:
         # Positions are still about the model centre: the spherical estimate of
@@ -151,4 +161,6 @@ def finish_cluster(
         positions = _centre(positions, masses)
     state = ParticleState(positions, velocities, masses)
     ic = InitialConditions(state, jnp.ones_like(masses), model, params, physical_units())
+    if companions is not None:
+        ic = with_companions(ic, companions, binaries)
     return ic.to_henon() if units == "henon" else ic

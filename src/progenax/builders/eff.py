@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._types import ArrayLike, Key
+from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
 from ..models import EFF
 from ..state import InitialConditions
@@ -23,6 +24,7 @@ def eff_builder(
     units: str = "physical",
     segregation: ArrayLike = 0.0,
     segregation_temperature: ArrayLike = 1.0,
+    binaries: BinaryPopulation | None = None,
 ) -> InitialConditions:
     r"""An Elson, Fall & Freeman (1987) cluster, optionally truncated at `r_t`.
 
@@ -46,8 +48,8 @@ def eff_builder(
     - `gamma`: surface-density slope; > 2 untruncated, > 0 with `r_t`.
     - `r_h`: 3D half-mass radius in pc (> 0; below 2^(-1/3) `r_t` when truncated).
     - `r_t`: truncation radius in pc, or None for the infinite model.
-    - `alpha`, `Q`, `imf`, `units`, `segregation`, `segregation_temperature`:
-      as for `plummer_builder`.
+    - `alpha`, `Q`, `imf`, `units`, `segregation`, `segregation_temperature`,
+      `binaries`: as for `plummer_builder`.
 
     **Returns:** `InitialConditions` whose `model` is a `progenax.models.EFF`; differentiable in gamma,
     r_h, r_t, alpha and Q; partially in `segregation`.
@@ -58,4 +60,4 @@ def eff_builder(
     """
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     parameters = {"gamma": gamma, "r_h": c.r_h, "r_t": r_t}
-    return build_model_cluster(key, EFF, c, parameters, segregation, segregation_temperature)
+    return build_model_cluster(key, EFF, c, parameters, segregation, segregation_temperature, binaries)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import ArrayLike, Key
+from ..binaries import BinaryPopulation
 from ..diagnostics.energy import scale_to_virial_ratio
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
@@ -17,11 +18,12 @@ from ..state import InitialConditions
 from ..structure.fractal import D_MAX, D_MIN, box_fractal, remap_to_plummer
 from ..structure.segregation import apply_segregation, check_segregation_arguments
 from ..units import G_PHYSICAL
-from ._common import as_key, check_common_arguments, finish_cluster, imf_params, sample_masses
+from ._binaries import check_binaries, draw_companions, drop_absent_companions
+from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf, sample_masses
 
 
 @eqx.filter_jit
-def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature):
+def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, binaries=None):
     k_m, k_f, k_s = jax.random.split(key, 3)
     dtype = r_h.dtype
     masses = sample_masses(k_m, n, imf, alpha)
@@ -40,7 +42,19 @@ def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature):
         )
         params["segregation"] = segregation
     model = RecordedModel("fractal", dict(params), jnp.sum(masses))
-    return finish_cluster(model, positions, raw_vel, masses, params, Q, units, large_n_energy="mesh")
+    companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
+    return finish_cluster(
+        model,
+        positions,
+        raw_vel,
+        masses,
+        params,
+        Q,
+        units,
+        large_n_energy="mesh",
+        companions=companions,
+        binaries=binaries,
+    )
 
 
 def fractal_builder(
@@ -55,6 +69,7 @@ def fractal_builder(
     units: str = "physical",
     segregation: ArrayLike = 0.0,
     segregation_temperature: ArrayLike = 1.0,
+    binaries: BinaryPopulation | None = None,
 ) -> InitialConditions:
     r"""A fractal cluster: GW04 box fractal remapped radially onto a Plummer sphere.
 
@@ -82,6 +97,7 @@ def fractal_builder(
       unsegregated. The energies that rank the orbits use velocities scaled to
       Q with equal masses and the spherical W estimate (ranking only).
       `segregation_temperature`: width of the relaxed ranking, in (0, 8].
+    - `binaries`: as for `progenax.plummer_builder` (`n` then counts systems).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "fractal"; differentiable in
     r_h, alpha and Q; partially in S (relaxed ranking, `progenax.structure.segregation`)
@@ -96,5 +112,5 @@ def fractal_builder(
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     D = c.checks.range("D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True)
     S, T = check_segregation_arguments(c.checks, segregation, segregation_temperature)
-    out = _fractal(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T)
-    return c.checks.attach(out)
+    out = _fractal(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T, check_binaries(binaries))
+    return drop_absent_companions(c.checks.attach(out))

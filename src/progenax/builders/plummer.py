@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._types import ArrayLike, Key
+from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
 from ..models import Plummer
 from ..state import InitialConditions
@@ -21,6 +22,7 @@ def plummer_builder(
     units: str = "physical",
     segregation: ArrayLike = 0.0,
     segregation_temperature: ArrayLike = 1.0,
+    binaries: BinaryPopulation | None = None,
 ) -> InitialConditions:
     r"""A Plummer (1911) sphere sampled from its exact distribution function.
 
@@ -50,6 +52,13 @@ def plummer_builder(
       concrete 0 skips it. Partially differentiable (relaxed ranking).
     - `segregation_temperature`: width of the relaxed ranking that gives S its
       gradient, in units of the mean key spacing, in (0, 8].
+    - `binaries`: None (single stars, the default) or a
+      `progenax.BinaryPopulation`: `n` then counts **systems**, each a single
+      star or a binary; the systems' centre-of-mass velocities are scaled to
+      `Q`, then the orbits are added (`progenax.builders._binaries`), and
+      `ic.pairs` lists the (primary, secondary) indices. An eager build in the
+      default hard mode drops the absent companions: it has n + (number of
+      binaries) stars.
 
     **Returns:** `InitialConditions` whose `model` is a `progenax.models.Plummer`; differentiable in
     r_h, alpha and Q; partially in `segregation`.
@@ -59,4 +68,4 @@ def plummer_builder(
     ```
     """
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
-    return build_model_cluster(key, Plummer, c, {"r_h": c.r_h}, segregation, segregation_temperature)
+    return build_model_cluster(key, Plummer, c, {"r_h": c.r_h}, segregation, segregation_temperature, binaries)

@@ -18,16 +18,27 @@ import jax.numpy as jnp
 
 from .._fusion import materialize
 from .._types import ArrayLike, Key
+from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
 from ..models import REGISTRY, AbstractClusterModel
 from ..state import InitialConditions
 from ..structure.segregation import check_segregation_arguments
-from ._common import as_key, check_common_arguments, finish_cluster, imf_params, sample_masses, segregate
+from ._binaries import check_binaries, draw_companions, drop_absent_companions
+from ._common import (
+    as_key,
+    check_common_arguments,
+    finish_cluster,
+    imf_params,
+    resolve_imf,
+    sample_masses,
+    segregate,
+)
 
 
 @eqx.filter_jit
-def build_spherical(key, n, model_cls, values, alpha, Q, imf, units, segregation=None, temperature=None):
-    """Draw n stars from `model_cls(**values)` (see the module docstring), jitted."""
+def build_spherical(key, n, model_cls, values, alpha, Q, imf, units, segregation=None, temperature=None, binaries=None):
+    """Draw n stars (or n systems, with `binaries`) from `model_cls(**values)`
+    (see the module docstring), jitted."""
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     masses = materialize(sample_masses(k_m, n, imf, alpha))
     model = model_cls(**values).with_mass(jnp.sum(masses))
@@ -37,8 +48,18 @@ def build_spherical(key, n, model_cls, values, alpha, Q, imf, units, segregation
     if Q is not None:
         params["Q"] = Q
     positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
+    companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
     return finish_cluster(
-        model, positions, velocities, masses, params, Q, units, centre_positions=model.CENTRE_POSITIONS
+        model,
+        positions,
+        velocities,
+        masses,
+        params,
+        Q,
+        units,
+        centre_positions=model.CENTRE_POSITIONS,
+        companions=companions,
+        binaries=binaries,
     )
 
 
@@ -52,16 +73,18 @@ def resolve_model(model: str | type[AbstractClusterModel]) -> type[AbstractClust
 
 
 def build_model_cluster(
-    key, model_cls, common, parameters: dict[str, Any], segregation, temperature
+    key, model_cls, common, parameters: dict[str, Any], segregation, temperature, binaries=None
 ) -> InitialConditions:
-    """Validate the model's parameters against its declared supports, then build."""
+    """Validate the model's parameters against its declared supports, then build
+    (and drop the absent companions of an eager hard-mode binary build)."""
     fixed = {name: jnp.asarray(value, common.r_h.dtype) for name, value in model_cls.FIXED.items()}
     values = {**model_cls.checked(common.checks, **parameters), **fixed}
     S, T = check_segregation_arguments(common.checks, segregation, temperature)
+    binaries = check_binaries(binaries)
     out = build_spherical(
-        as_key(key), common.n, model_cls, values, common.alpha, common.Q, common.imf, common.units, S, T
+        as_key(key), common.n, model_cls, values, common.alpha, common.Q, common.imf, common.units, S, T, binaries
     )
-    return common.checks.attach(out)
+    return drop_absent_companions(common.checks.attach(out))
 
 
 def model_builder(
@@ -75,6 +98,7 @@ def model_builder(
     units: str = "physical",
     segregation: ArrayLike = 0.0,
     segregation_temperature: ArrayLike = 1.0,
+    binaries: BinaryPopulation | None = None,
     **parameters: ArrayLike,
 ) -> InitialConditions:
     r"""A cluster drawn from any registered spherical model.
@@ -90,7 +114,7 @@ def model_builder(
       `progenax.models.REGISTRY` ("plummer", "eff", "limepy", "dehnen", ...)
       or a model class.
     - `n`, `alpha`, `Q`, `imf`, `units`, `segregation`,
-      `segregation_temperature`: as for `progenax.plummer_builder`.
+      `segregation_temperature`, `binaries`: as for `progenax.plummer_builder`.
     - `**parameters`: the model's own (its `PARAMETERS`, e.g. `gamma=1.0,
       r_h=1.0` for "dehnen"); each is checked against its declared support.
 
@@ -104,4 +128,4 @@ def model_builder(
     r_h = parameters.get("r_h", model_cls.parameter("r_h").default)
     common = check_common_arguments(n, units, imf, r_h, alpha, Q)
     parameters = {**parameters, "r_h": common.r_h}
-    return build_model_cluster(key, model_cls, common, parameters, segregation, segregation_temperature)
+    return build_model_cluster(key, model_cls, common, parameters, segregation, segregation_temperature, binaries)

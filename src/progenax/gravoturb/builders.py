@@ -41,7 +41,9 @@ import jax.numpy as jnp
 
 from .._deprecation import renamed_keyword
 from .._types import ArrayLike, Key
-from ..builders._common import as_key, check_imf, finish_cluster, sample_masses
+from ..binaries import BinaryPopulation
+from ..builders._binaries import check_binaries, draw_companions, drop_absent_companions
+from ..builders._common import as_key, check_imf, finish_cluster, resolve_imf, sample_masses
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
@@ -238,7 +240,7 @@ def star_formation_weights(field: TurbulentField, kappa, hard: bool):
 
 
 @eqx.filter_jit
-def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f):
+def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=None):
     field, _ = _turbulent_field(key, **f)
     dtype = field.log_density.dtype
     weights = star_formation_weights(field, kappa, hard)
@@ -254,7 +256,19 @@ def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f):
     # Positions stay in the cloud's frame (origin = cloud centre), so the stars
     # sit on the gas of cloud_builder with the same key.
     model = RecordedModel("gravoturb", dict(params), jnp.sum(masses))
-    return finish_cluster(model, positions, velocities, masses, params, Q, units, centre_positions=False)
+    companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
+    return finish_cluster(
+        model,
+        positions,
+        velocities,
+        masses,
+        params,
+        Q,
+        units,
+        centre_positions=False,
+        companions=companions,
+        binaries=binaries,
+    )
 
 
 def star_builder(
@@ -278,6 +292,7 @@ def star_builder(
     geometry: str = "sphere",
     units: str = "physical",
     imf_alpha: ArrayLike | None = None,
+    binaries: BinaryPopulation | None = None,
 ) -> InitialConditions:
     r"""n stars born in the dense gas of a turbulent cloud (experimental).
 
@@ -307,6 +322,7 @@ def star_builder(
     - `threshold_mode`: "sigmoid" (default) or "hard".
     - `units`: "physical" or "henon".
     - `imf_alpha`: the deprecated 0.1.0 name of `alpha`.
+    - `binaries`: as for `progenax.plummer_builder` (`n` then counts systems).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
     mach, pdf_slope, b, kappa, dispersion, alpha and Q through the grid and the
@@ -334,4 +350,5 @@ def star_builder(
     dispersion = checks.range("dispersion", dispersion, lower=0.0, lower_inclusive=True)
     alpha = checks.range("alpha", alpha, lower=0.0, upper=10.0)
     Q = None if Q is None else checks.range("Q", Q, lower=0.0)
-    return checks.attach(_stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f))
+    out = _stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, check_binaries(binaries))
+    return drop_absent_companions(checks.attach(out))

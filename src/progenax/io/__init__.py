@@ -6,8 +6,12 @@ or `.npz`; see `progenax.io.native` for the schema. `format=` ("gadget"/"swift",
 `progenax.io.gadget`, `progenax.io.nbody`, `progenax.io.csv`, `progenax.io.amuse`
 (AMUSE particle sets, `to_amuse(ic)`; only when AMUSE is installed).
 `format_summary(ic)` describes a cluster in a few lines (what `progenax info` prints).
+Every writer is atomic (a temporary file beside the target, renamed over it:
+a failed or killed write leaves the old file) and refuses NaN or inf
+(`check_finite_arrays`).
 """
 
+from ._paths import check_finite_arrays as check_finite_arrays
 from .amuse import read_amuse as read_amuse
 from .amuse import to_amuse as to_amuse
 from .amuse import write_amuse as write_amuse
@@ -46,6 +50,8 @@ __all__ = [
     "write_csv",
     "write_gadget",
     "write_nbody6",
+    # checks
+    "check_finite_arrays",
     # summaries
     "format_summary",
     "summary_line",

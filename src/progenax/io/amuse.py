@@ -70,7 +70,7 @@ from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import Units, physical_units
-from ._paths import writable_path
+from ._paths import atomic_write, check_finite_arrays, writable_path
 from .gadget import check_unit_weights, is_gas
 
 INSTALL_HINT = (
@@ -135,13 +135,15 @@ def to_amuse(ic, *, units: str | None = None):
     parsec), float64.
 
     **Raises:** `ImportError` (with install instructions) when AMUSE is
-    missing; `ValueError` if a weight is not 1 or `units` is not one of
-    None, "physical", "henon".
+    missing; `ValueError` if a weight is not 1, an array holds NaN or inf, or
+    `units` is not one of None, "physical", "henon".
     """
     particles_cls, amuse_units, nbody_system, _ = require_amuse()
 
+    check_finite_arrays(ic)
     ic = _in_units(ic, units)
     check_unit_weights(ic, "amuse")
+    check_finite_arrays(ic)  # the conversion too (coincident stars have no virial radius)
     if ic.units.name == "henon":
         mass_unit, length_unit, speed_unit = nbody_system.mass, nbody_system.length, nbody_system.speed
     else:
@@ -186,11 +188,14 @@ def write_amuse(ic, path: str | os.PathLike, *, units: str | None = None) -> Pat
 
     **Raises:** `ImportError` (before anything else) when AMUSE is missing;
     `ValueError` as `to_amuse`; `FileNotFoundError` if the directory is missing.
+    The write is atomic (`progenax.io._paths.atomic_write`): AMUSE writes a
+    temporary file beside `path`, renamed over it once complete.
     """
     _, _, _, amuse_io = require_amuse()
     path = writable_path(path)
     particles = to_amuse(ic, units=units)
-    amuse_io.write_set_to_file(particles, str(path), AMUSE_FORMAT, overwrite_file=True)
+    with atomic_write(path) as (temp,):
+        amuse_io.write_set_to_file(particles, str(temp), AMUSE_FORMAT, overwrite_file=True)
     return path
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..state import InitialConditions, ParticleState
 from ..units import physical_units
-from ._paths import writable_path
+from ._paths import atomic_write, check_finite_arrays, writable_path
 
 COLUMNS = ("x_pc", "y_pc", "z_pc", "vx_kms", "vy_kms", "vz_kms", "mass_msun", "weight")
 HEADER = ",".join(COLUMNS)
@@ -37,9 +37,12 @@ _FMT = "%.17g"
 def write_csv(ic, path: str | os.PathLike) -> Path:
     """Write `ic` as a CSV table in pc, km/s, Msun with weights (module docstring).
 
-    Returns the path; raises `FileNotFoundError` if its directory is missing.
+    Returns the path; raises `FileNotFoundError` if its directory is missing,
+    `ValueError` if an array holds NaN or inf. The write is atomic
+    (`progenax.io._paths.atomic_write`): a failed one leaves the old file.
     """
     path = writable_path(path)
+    check_finite_arrays(ic)
     phys = ic.to_physical()
     s = phys.state
     table = np.column_stack(
@@ -50,7 +53,7 @@ def write_csv(ic, path: str | os.PathLike) -> Path:
             np.asarray(phys.weights, dtype=np.float64),
         ]
     )
-    with open(path, "w", newline="\n") as f:
+    with atomic_write(path) as (temp,), open(temp, "w", newline="\n") as f:
         np.savetxt(f, table, fmt=_FMT, delimiter=",", header=HEADER, comments="")
     return path
 

@@ -89,7 +89,7 @@ from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import physical_units
-from ._paths import writable_path
+from ._paths import atomic_write, check_finite_arrays, writable_path
 
 U_L_CGS = 3.0856775814913673e18
 """One parsec in cm."""
@@ -173,9 +173,11 @@ def write_gadget(
 
     **Returns:** the path.
 
-    **Raises:** `ValueError` if a weight is not 1, `particle_type` is not in
-    0..5 (or not 0 for gas, or 0 for stars written with `gas=`) or `box_size`
-    is negative; `FileNotFoundError` if the directory is missing.
+    **Raises:** `ValueError` if a weight is not 1, an array holds NaN or inf,
+    `particle_type` is not in 0..5 (or not 0 for gas, or 0 for stars written
+    with `gas=`) or `box_size` is negative or not finite; `FileNotFoundError`
+    if the directory is missing. The write is atomic
+    (`progenax.io._paths.atomic_write`): a failed one leaves the old file.
     """
 
     ic_is_gas = is_gas(ic)
@@ -193,11 +195,12 @@ def write_gadget(
         if ptype == 0:
             raise ValueError("with gas=, the particles of ic cannot also be PartType0; choose particle_type 1..5")
     box = float(box_size)
-    if not box >= 0.0:
-        raise ValueError(f"box_size must be >= 0 (0: open boundaries), got {box_size!r}")
+    if not (np.isfinite(box) and box >= 0.0):
+        raise ValueError(f"box_size must be >= 0 and finite (0: open boundaries), got {box_size!r}")
     path = writable_path(path)
     groups: list[tuple[int, object]] = ([(0, gas)] if gas is not None else []) + [(ptype, ic)]
     for _, obj in groups:
+        check_finite_arrays(obj)
         check_unit_weights(obj, "gadget")
     content = [(k, _particle_arrays(obj)) for k, obj in groups]
 
@@ -209,6 +212,13 @@ def write_gadget(
         high[k] = n >> 32
     double = int(content[-1][1]["Coordinates"].dtype == np.float64)
 
+    with atomic_write(path) as (temp,):
+        _write_snapshot(temp, content, counts, high, double, box, ic, gas)
+    return path
+
+
+def _write_snapshot(path: Path, content, counts, high, double: int, box: float, ic, gas) -> None:
+    """The snapshot's groups and datasets (see the module docstring), into `path`."""
     with h5py.File(path, "w") as f:
         h = f.create_group("Header")
         h.attrs["NumPart_ThisFile"] = counts
@@ -249,7 +259,6 @@ def write_gadget(
         if gas is not None:
             p.attrs["gas_model"] = gas.model.name
         p.attrs["progenax_version"] = str(__version__)
-    return path
 
 
 def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):

@@ -38,6 +38,12 @@ Gas only (a `GasCloud`, always in physical units; both or neither):
 A reader of schema version 1 that predates these datasets ignores them and
 reads the gas particles as stars.
 
+Primordial binaries only (`InitialConditions.pairs`; absent without binaries):
+
+| name    | shape       | meaning                                            |
+|---------|-------------|----------------------------------------------------|
+| `pairs` | (n_pairs, 2) | int64 row indices (primary, secondary) of binaries |
+
 Root attributes:
 
 | name               | meaning                                                    |
@@ -88,7 +94,7 @@ from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import UNIT_SYSTEMS, Units
-from ._paths import writable_path
+from ._paths import atomic_write, check_finite_arrays, writable_path
 from .amuse import read_amuse, write_amuse
 from .csv import read_csv, write_csv
 from .gadget import read_gadget, write_gadget
@@ -102,6 +108,7 @@ EXTENSIONS = HDF5_EXTENSIONS + NPZ_EXTENSIONS
 
 _ARRAYS = ("positions", "velocities", "masses", "weights")
 _GAS_ARRAYS = ("internal_energy", "smoothing_length")
+_PAIRS = "pairs"
 _UNIT_SCALES = ("length_pc", "mass_msun", "velocity_kms")
 _PARAM_PREFIX = "parameters/"
 
@@ -151,6 +158,8 @@ def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
             arrays[name] = np.asarray(getattr(ic, name))
             if arrays[name].shape != (n,):
                 raise ValueError(f"gas {name} must have shape ({n},), got {arrays[name].shape}")
+    if getattr(ic, "pairs", None) is not None:
+        arrays[_PAIRS] = _checked_pairs(np.asarray(ic.pairs), arrays["masses"].shape[0], "pairs")
     u = ic.units
     attrs: dict[str, Any] = {
         "schema": SCHEMA,
@@ -206,7 +215,12 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
     `ic` may also be SPH gas (a `GasCloud`): the own schema keeps its internal
     energies and smoothing lengths, as do "gadget" (`PartType0`) and "amuse".
 
-    An existing file is overwritten; the parent directory must exist. Returns the path.
+    An existing file is overwritten, atomically: every format is written to a
+    temporary file beside it and renamed over it once complete (the NBODY6
+    sidecar too), so a failed or killed write leaves the old file
+    (`progenax.io._paths.atomic_write`). The parent directory must exist.
+    Particles with NaN or inf (positions, velocities, masses, weights, gas
+    arrays) are refused with a `ValueError` naming the array. Returns the path.
     """
     path = Path(path)
     fmt = _check_format(format, path)
@@ -221,11 +235,13 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
     if fmt == "csv":
         return write_csv(ic, path)
     writable_path(path)
+    check_finite_arrays(ic)
     arrays, attrs, params = _content(ic)
-    if fmt == "hdf5":
-        _write_hdf5(path, arrays, attrs, params)
-    else:
-        _write_npz(path, arrays, attrs, params)
+    with atomic_write(path) as (temp,):
+        if fmt == "hdf5":
+            _write_hdf5(temp, arrays, attrs, params)
+        else:
+            _write_npz(temp, arrays, attrs, params)
     return path
 
 
@@ -325,6 +341,15 @@ def _check_schema(path: Path, attrs: dict[str, Any], arrays: dict[str, Any]) -> 
         raise ValueError(f"{str(path)!r} is missing {', '.join(missing)} required by the {SCHEMA} schema")
 
 
+def _checked_pairs(pairs: np.ndarray, n: int, where: str) -> np.ndarray:
+    """`pairs` as int64 (n_pairs, 2) row indices in [0, n), or a `ValueError` naming `where`."""
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
+        raise ValueError(f"{where} must be an integer array of shape (n_pairs, 2), got {pairs.dtype} {pairs.shape}")
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+        raise ValueError(f"{where} must index the {n} particles, got indices in [{pairs.min()}, {pairs.max()}]")
+    return pairs.astype(np.int64)
+
+
 def _read_hdf5(path: Path):
 
     try:
@@ -334,7 +359,7 @@ def _read_hdf5(path: Path):
     with f:
         attrs = {name: f.attrs[name] for name in f.attrs}
         arrays = {}
-        for name in _ARRAYS + _GAS_ARRAYS:
+        for name in (*_ARRAYS, *_GAS_ARRAYS, _PAIRS):
             if isinstance(f.get(name), h5py.Dataset):
                 arrays[name] = f[name][()]
         params: dict[str, Any] = {}
@@ -359,7 +384,7 @@ def _read_npz(path: Path):
         arrays, attrs, params = {}, {}, {}
         for key in data.files:
             value = data[key]
-            if key in _ARRAYS or key in _GAS_ARRAYS:
+            if key in _ARRAYS or key in _GAS_ARRAYS or key == _PAIRS:
                 arrays[key] = value
             elif key.startswith(_PARAM_PREFIX):
                 params[key[len(_PARAM_PREFIX) :]] = value
@@ -404,7 +429,10 @@ def _build(path: Path, arrays, attrs, params):
     params = {name: _param_value(value) for name, value in params.items()}
     gas = [name for name in _GAS_ARRAYS if name in arrays]
     if not gas:
-        return InitialConditions.from_record(state, weights, model, params, units)
+        pairs = arrays.get(_PAIRS)
+        if pairs is not None:
+            pairs = _checked_pairs(pairs, n[0], f"{str(path)!r}: pairs")
+        return InitialConditions.from_record(state, weights, model, params, units, pairs)
     if len(gas) != len(_GAS_ARRAYS) or any(arrays[name].shape != n for name in gas):
         shapes = {name: arrays[name].shape for name in gas}
         raise ValueError(f"{str(path)!r}: gas needs both {' and '.join(_GAS_ARRAYS)} of shape {n}, found {shapes}")

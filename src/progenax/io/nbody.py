@@ -16,10 +16,21 @@ JSON file `<path>.units.json` (e.g. `fort.10.units.json`):
 
     {"format": "progenax-nbody6", "units": "henon", "n": ..., "model": ...,
      "length_pc": ..., "mass_msun": ..., "velocity_kms": ..., "time_myr": ...,
-     "G": 1.0, "nbody6": {"N": ..., "RBAR": ..., "ZMBAR": ...}}
+     "G": 1.0, "nbody6": {"N": ..., "RBAR": ..., "ZMBAR": ...},
+     "table_sha256": ...}
 
 `read_nbody6(path)` reads the table back as an `InitialConditions` in Henon
 units, with the scales from the sidecar (or given as arguments).
+
+## Writing the pair
+
+Both files are written to temporaries beside them, then renamed over the old
+ones, the table first and the sidecar second (`progenax.io._paths.atomic_write`):
+a failed write leaves the old pair as it was. `table_sha256`, the SHA-256 of
+the table's bytes, ties the sidecar to its table: a process killed between the
+two renames leaves the new table beside the old sidecar, and `read_nbody6`
+refuses a sidecar whose checksum (or `n`) does not match the table rather than
+give it the wrong scales.
 
 ## Running NBODY6 on it
 
@@ -44,6 +55,15 @@ x, y, z, vx, vy, vz) into PeTar's input; tell it the data are in N-body units
 and give it the scales from the sidecar (see `petar.init -h` for the flags of
 the installed version; not checked against PeTar here).
 
+## Binaries
+
+A cluster with primordial binaries (`ic.pairs`) is written binaries first, as
+NBODY6 and PeTar expect of `NBIN0` primordial binaries: rows 2k and 2k + 1 are
+the primary and secondary of binary k, then the single stars. The sidecar holds
+`n_binaries` (and `nbody6.NBIN0`), and `read_nbody6` rebuilds `pairs` from it.
+Values are written with 17 significant digits, the round trip of a float64,
+so a 1-day binary in a 10 pc cluster keeps its orbit.
+
 ## Soft weights
 
 The format has no membership weights, so `write_nbody6` **refuses** weights that
@@ -52,6 +72,7 @@ are not all 1 (`ValueError`), as the Gadget writer does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -62,7 +83,7 @@ import numpy as np
 from .._version import __version__
 from ..state import InitialConditions, ParticleState
 from ..units import henon_units
-from ._paths import writable_path
+from ._paths import atomic_write, check_finite_arrays, writable_path
 from .gadget import check_unit_weights
 
 SIDECAR_SUFFIX = ".units.json"
@@ -76,6 +97,15 @@ def sidecar_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
+def table_checksum(path: str | os.PathLike) -> str:
+    """The SHA-256 (hex) of the bytes of the table at `path` (the sidecar's `table_sha256`)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
     """Write `ic` as an NBODY6 `fort.10` table in Henon units (see the module docstring).
 
@@ -87,13 +117,16 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
 
     **Returns:** the path of the table.
 
-    **Raises:** `ValueError` if a weight is not 1; `FileNotFoundError` if the
-    directory is missing.
+    **Raises:** `ValueError` if a weight is not 1 or an array holds NaN or inf;
+    `FileNotFoundError` if the directory is missing. The pair is written
+    atomically (the module docstring's "Writing the pair").
     """
 
     path = writable_path(path)
+    check_finite_arrays(ic)
     check_unit_weights(ic, "nbody6")
     h = ic.to_henon()
+    check_finite_arrays(h)  # the conversion too (coincident stars have no virial radius)
     s = h.state
     table = np.column_stack(
         [
@@ -102,29 +135,53 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
             np.asarray(s.velocities, dtype=np.float64),
         ]
     )
-    with open(path, "w") as f:
-        np.savetxt(f, table, fmt=_FMT, delimiter=" ")
-    if sidecar:
-        u = h.units
-        n = int(table.shape[0])
-        length = float(np.asarray(u.length_pc))
-        mass = float(np.asarray(u.mass_msun))
-        meta = {
-            "format": FORMAT_TAG,
-            "progenax_version": str(__version__),
-            "columns": ["mass", "x", "y", "z", "vx", "vy", "vz"],
-            "units": "henon",
-            "n": n,
-            "model": h.model.name,
-            "length_pc": length,
-            "mass_msun": mass,
-            "velocity_kms": float(np.asarray(u.velocity_kms)),
-            "time_myr": float(np.asarray(u.time_myr)),
-            "G": 1.0,
-            "nbody6": {"N": n, "RBAR": length, "ZMBAR": mass / n, "KZ22": 4},
-        }
-        sidecar_path(path).write_text(json.dumps(meta, indent=2) + "\n")
+    n_binaries = 0
+    if h.pairs is not None:
+        pairs = np.asarray(h.pairs)
+        n_binaries = pairs.shape[0]
+        single = np.ones(table.shape[0], bool)
+        single[pairs.ravel()] = False
+        table = table[np.concatenate([pairs.ravel(), np.flatnonzero(single)])]
+    targets = (path, sidecar_path(path)) if sidecar else (path,)
+    with atomic_write(*targets) as temps:
+        with open(temps[0], "w") as f:
+            np.savetxt(f, table, fmt=_FMT, delimiter=" ")
+        if sidecar:
+            meta = _sidecar(h, int(table.shape[0]), table_checksum(temps[0]), n_binaries)
+            temps[1].write_text(json.dumps(meta, indent=2) + "\n")
     return path
+
+
+def _sidecar(h, n: int, checksum: str, n_binaries: int = 0) -> dict:
+    """The sidecar's content for the Henon-unit cluster `h` of `n` stars, the
+    first `2 n_binaries` of them in pairs."""
+    u = h.units
+    length = float(np.asarray(u.length_pc))
+    mass = float(np.asarray(u.mass_msun))
+    return {
+        "format": FORMAT_TAG,
+        "progenax_version": str(__version__),
+        "columns": ["mass", "x", "y", "z", "vx", "vy", "vz"],
+        "units": "henon",
+        "n": n,
+        "model": h.model.name,
+        "length_pc": length,
+        "mass_msun": mass,
+        "velocity_kms": float(np.asarray(u.velocity_kms)),
+        "time_myr": float(np.asarray(u.time_myr)),
+        "G": 1.0,
+        "n_binaries": n_binaries,
+        "nbody6": {"N": n, "RBAR": length, "ZMBAR": mass / n, "KZ22": 4, "NBIN0": n_binaries},
+        "table_sha256": checksum,
+    }
+
+
+def _sidecar_matches(path: Path, table: np.ndarray, meta: dict) -> bool:
+    """Whether the sidecar `meta` describes the table at `path` (sidecars of
+    0.1.0 have no checksum: their `n` is compared)."""
+    if "n" in meta and int(meta["n"]) != table.shape[0]:
+        return False
+    return "table_sha256" not in meta or meta["table_sha256"] == table_checksum(path)
 
 
 def read_nbody6(
@@ -147,9 +204,10 @@ def read_nbody6(
 
     **Returns:** an `InitialConditions` in Henon units, weights 1, no params.
 
-    **Raises:** `ValueError` if the table is not 7 numeric columns, or if the
-    scales are neither in a sidecar nor given; `FileNotFoundError` if the table
-    does not exist.
+    **Raises:** `ValueError` if the table is not 7 numeric columns, if the
+    scales are neither in a sidecar nor given, or if the sidecar is not the
+    table's (its `n` or `table_sha256` differs) and the scales are not given;
+    `FileNotFoundError` if the table does not exist.
     """
 
     path = Path(path)
@@ -167,6 +225,14 @@ def read_nbody6(
         meta = json.loads(side.read_text())
         if meta.get("format") != FORMAT_TAG:
             raise ValueError(f"{str(side)!r} is not a progenax nbody6 sidecar (format {meta.get('format')!r})")
+        if not _sidecar_matches(path, table, meta):
+            if length_pc is None or mass_msun is None:
+                raise ValueError(
+                    f"{str(side)!r} belongs to another table than {str(path)!r} (its n or checksum differs: "
+                    "the table was replaced without it, by an interrupted write or by hand); write the pair "
+                    "again, or pass length_pc= and mass_msun= to read the table without it"
+                )
+            meta = {}  # the scales given, the stale sidecar is not used
     if length_pc is None:
         length_pc = meta.get("length_pc")
     if mass_msun is None:
@@ -187,4 +253,7 @@ def read_nbody6(
         velocities=jnp.asarray(table[:, 4:7]),
         masses=jnp.asarray(table[:, 0]),
     )
-    return InitialConditions.from_record(state, jnp.ones(table.shape[0], dtype=state.masses.dtype), model, {}, units)
+    n_binaries = int(meta.get("n_binaries", 0))
+    pairs = np.arange(2 * n_binaries).reshape(-1, 2) if n_binaries else None
+    weights = jnp.ones(table.shape[0], dtype=state.masses.dtype)
+    return InitialConditions.from_record(state, weights, model, {}, units, pairs)

@@ -56,11 +56,13 @@ class Interval:
     lower_inclusive: bool = False
     upper_inclusive: bool = False
 
-    def check(self, checks: ParameterChecks, name: str, value: ArrayLike) -> Array:
-        """`value` as a float array, its range check recorded in `checks`."""
+    def check(self, checks: ParameterChecks, name: str, value: ArrayLike, note: str = "") -> Array:
+        """`value` as a float array, its range check (finite, in the interval)
+        recorded in `checks`; `note` is appended to the message."""
         return checks.range(
             name,
             value,
+            note=note,
             lower=self.lower,
             upper=self.upper,
             lower_inclusive=self.lower_inclusive,
@@ -147,8 +149,9 @@ class AbstractClusterModel(eqx.Module):
         """Validate builder arguments against the declared supports.
 
         Traced parameters are checked through `checks` (eagerly when concrete,
-        under `jit` at run time); a None value of an optional parameter stays
-        None; unknown names raise `TypeError`.
+        under `jit` at run time) and must be finite; a None value of an
+        optional parameter stays None (inf is refused: None is how to leave it
+        out, and the message says so); unknown names raise `TypeError`.
         """
         known = {p.name: p for p in cls.PARAMETERS}
         unknown = sorted(set(values) - set(known))
@@ -162,7 +165,8 @@ class AbstractClusterModel(eqx.Module):
             elif value is None:
                 out[name] = value
             else:
-                out[name] = p.support.check(checks, name, value)
+                note = f"; to leave it out pass {name}=None ({p.doc})" if p.default is None else ""
+                out[name] = p.support.check(checks, name, value, note)
         cls.check_relations(checks, out)
         return out
 
