@@ -31,6 +31,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .binaries import BinaryPopulation, LogNormalPeriod, PowerLawEccentricity, PowerLawMassRatio
+from .builders import plummer_builder
 from .diagnostics import half_mass_radius
 from .gravoturb import dense_gas_fraction
 from .models import REGISTRY as MODELS
@@ -270,6 +272,7 @@ def _load_registry() -> None:
         # about the cloud centre, gas by grid observables (the cell choice of each
         # particle is piecewise constant, see progenax.gravoturb.placement).
         *_GRAVOTURB_ENTRIES,
+        *_BINARY_ENTRIES,
     )
     register(*_declared_entries(REGISTRY))
 
@@ -303,4 +306,53 @@ _GRAVOTURB_ENTRIES = (
     AuditEntry("gravoturb.cloud_builder", "mach", 5.0, (0.1, 50.0), **_GT_GAS),
     AuditEntry("gravoturb.cloud_builder", "pdf_slope", 2.0, (1.05, 6.0), **_GT_GAS),
     AuditEntry("gravoturb.cloud_builder", "b", 0.5, (0.05, 1.0), **_GT_GAS),
+)
+
+
+def plummer_with_binaries(
+    key,
+    *,
+    n: int,
+    fraction: float = 0.5,
+    period_mean: float = 4.8,
+    period_sigma: float = 2.3,
+    eccentricity_eta: float = 1.0,
+    mass_ratio_gamma: float = 0.0,
+    fraction_width: float | None = 0.05,
+    **kwargs,
+):
+    """`plummer_builder` with `binaries=BinaryPopulation(...)` made of float
+    arguments: the audit's handle on the binary parameters (log-normal periods,
+    power-law eccentricities and mass ratios; soft membership of width
+    `fraction_width`, or None for the hard 0/1 mode)."""
+    population = BinaryPopulation(
+        fraction,
+        LogNormalPeriod(period_mean, period_sigma),
+        PowerLawEccentricity(eccentricity_eta),
+        PowerLawMassRatio(mass_ratio_gamma),
+        fraction_width=fraction_width,
+    )
+    return plummer_builder(key, n=n, binaries=population, **kwargs)
+
+
+_HARD_FRACTION_REASON = (
+    "hard 0/1 membership (u < f, the default and what files get) is piecewise constant in f: pathwise "
+    "gradient exactly 0; the soft mode (fraction_width) gives the full gradient, audited beside it"
+)
+_BINARIES = "audit.plummer_with_binaries"
+_BINARY_ENTRIES = (
+    AuditEntry(_BINARIES, "fraction", 0.5, (0.05, 0.95)),
+    AuditEntry(_BINARIES, "period_mean", 4.8, (1.0, 8.0)),
+    AuditEntry(_BINARIES, "period_sigma", 2.3, (0.3, 4.0)),
+    AuditEntry(_BINARIES, "eccentricity_eta", 1.0, (-0.45, 3.0)),
+    AuditEntry(_BINARIES, "mass_ratio_gamma", 0.0, (-1.0, 2.0)),
+    AuditEntry(
+        _BINARIES,
+        "fraction",
+        0.5,
+        (0.05, 0.95),
+        static={"fraction_width": None},
+        status="partial",
+        reason=_HARD_FRACTION_REASON,
+    ),
 )

@@ -91,10 +91,22 @@ class InitialConditions(eqx.Module):
         s = phys.state
         m = s.masses * phys.weights
         mtot = jnp.sum(m)
-        x, m_systems = (s.positions, m) if self.pairs is None else _systems(s.positions, m, self.pairs)
-        w = potential_energy(x, m_systems, G=phys.units.G)
+        systems = phys.systems()
+        w = potential_energy(systems.positions, systems.masses, G=phys.units.G)
         r_v = phys.units.G * mtot**2 / (2.0 * jnp.abs(w))
         return _rescale(phys, henon_units(mtot, r_v))
+
+    def systems(self) -> ParticleState:
+        """The systems: each binary of `pairs` merged into its primary's row (the
+        pair's centre of mass and velocity, its total mass), its secondary's row
+        kept with mass 0; masses weighted by `weights`. Without pairs, the
+        weighted stars. Rows stay where they are, so shapes are fixed."""
+        s = self.state
+        m = s.masses * self.weights
+        if self.pairs is None:
+            return ParticleState(s.positions, s.velocities, m)
+        m, x, v = _merge_pairs(m, self.pairs, s.positions, s.velocities)
+        return ParticleState(x, v, m)
 
     def to_physical(self) -> InitialConditions:
         """Convert to physical units (pc, Msun, km/s)."""
@@ -103,15 +115,16 @@ class InitialConditions(eqx.Module):
         return _rescale(self, physical_units())
 
 
-def _systems(positions: Array, masses: Array, pairs: Array) -> tuple[Array, Array]:
-    """Positions and masses with each pair merged into its primary's row at the
-    pair's centre of mass (its secondary's row keeps its place with mass 0)."""
+def _merge_pairs(masses: Array, pairs: Array, *arrays: Array) -> tuple[Array, ...]:
+    """`masses` with each pair's total on its primary's row (0 on the secondary's),
+    and each of `arrays` (n, d) with the pair's mass-weighted mean on the primary's row."""
     primary, secondary = pairs[:, 0], pairs[:, 1]
-    m_pair = masses[primary] + masses[secondary]
-    x_pair = (masses[primary, None] * positions[primary] + masses[secondary, None] * positions[secondary]) / m_pair[
-        :, None
+    m1, m2 = masses[primary], masses[secondary]
+    total = m1 + m2
+    merged = [
+        a.at[primary].set((m1[:, None] * a[primary] + m2[:, None] * a[secondary]) / total[:, None]) for a in arrays
     ]
-    return positions.at[primary].set(x_pair), masses.at[primary].set(m_pair).at[secondary].set(0.0)
+    return (masses.at[primary].set(total).at[secondary].set(0.0), *merged)
 
 
 def _rescale(ic: InitialConditions, new: Units) -> InitialConditions:

@@ -7,6 +7,7 @@ import pytest
 import progenax
 import progenax.io as pio
 from progenax.binaries import pair_elements
+from progenax.io.summary import format_summary
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +39,11 @@ def test_nbody6_writes_binaries_first_and_keeps_their_orbits(tmp_path, cluster):
     # relative vectors (cancellation x_2 - x_1 of ~1e-6 of the positions).
     np.testing.assert_allclose(np.asarray(after.a), np.asarray(before.a), rtol=1e-8)
     np.testing.assert_allclose(np.asarray(after.e), np.asarray(before.e), atol=1e-7)
+
+
+def test_info_reports_the_binaries(cluster):
+    text = format_summary(cluster)
+    k = cluster.pairs.shape[0]
+    assert f"binaries          {k} of 400 systems" in text
+    # The systems were scaled to Q = 0.5 (the stars' Q includes the orbits).
+    assert "systems' Q = 0.5000" in text

@@ -15,6 +15,7 @@ from .distributions import PowerLawMassRatio as PowerLawMassRatio
 from .distributions import PowerLawPeriod as PowerLawPeriod
 from .kepler import solve_kepler as solve_kepler
 from .kepler import true_anomaly as true_anomaly
+from .moe17 import Moe17 as Moe17
 from .orbits import DAY_MYR as DAY_MYR
 from .orbits import OrbitalElements as OrbitalElements
 from .orbits import binding_energy as binding_energy
@@ -51,6 +52,7 @@ __all__ = [
     "PowerLawMassRatio",
     "PowerLawPeriod",
     "main_sequence_radius",
+    "Moe17",
     # populations
     "PAIRINGS",
     "Binaries",

@@ -29,7 +29,8 @@ $\eta = -0.45$) and `CircularEccentricity` ($e = 0$).
 $[q_{\min}, q_{\max}]$ (uniform: $\gamma = 0$).
 
 Names accepted by `BinaryPopulation` are in `PERIODS`, `ECCENTRICITIES` and
-`MASS_RATIOS`.
+`MASS_RATIOS`. `"moe17"` (`Moe17`, in `moe17.py`) is not a one-dimensional
+distribution: it draws periods, mass ratios and eccentricities jointly.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from jax.scipy.special import ndtr, ndtri
 
 from .._types import Array, ArrayLike
 from ..imf.power_law import expm1_over_x, log1p_frac_over_x
+from .moe17 import Moe17
 
 
 def _param(x: ArrayLike) -> Array:
@@ -315,6 +317,7 @@ PERIODS = {
     "kroupa95": Kroupa95Period,
     "dm91": LogNormalPeriod,
     "sana12": PowerLawPeriod,
+    "moe17": Moe17,  # joint with q and e: see moe17.py
 }
 ECCENTRICITIES = {
     "thermal": lambda: PowerLawEccentricity(1.0),
@@ -329,7 +332,7 @@ MASS_RATIOS = {
 
 def resolve(value: str | AbstractDistribution, table: dict, argument: str) -> AbstractDistribution:
     """A distribution from a name in `table` or the distribution itself (eager check)."""
-    if isinstance(value, AbstractDistribution):
+    if isinstance(value, (AbstractDistribution, Moe17)):
         return value
     if isinstance(value, str) and value in table:
         return table[value]()

@@ -28,6 +28,18 @@ $u_i < f$ ($f$ = `fraction`). The weight is that 0/1 choice (exact, the default)
 or, with `fraction_width` $= w$, $\sigma((f - u_i)/w)$: a sigmoid that tends to
 the hard choice as $w \to 0$ and makes $\partial/\partial f$ of weighted
 observables finite (partial in the hard mode: zero almost everywhere).
+
+**Moe & Di Stefano (2017).** With `period="moe17"` the period, mass ratio and
+eccentricity come from the joint, primary-mass-dependent model of `moe17.py`,
+and the membership probability is mass dependent: $f\,F_{\rm bin}(m_1)$,
+capped at 1, with $F_{\rm bin}$ MD17's binary fraction and $f$ = `fraction`
+a scale (1, the default, is MD17's). The draws are then: membership; the
+period, cut to $[P_c, P_{hs}]$ of an equal-mass pair (the widest contact
+limit over $q \le 1$, so no $q$ can touch; and the hard/soft cap, which then
+needs `mean_mass`); $q$ given $(m_1, P)$, cut to $q \ge m_{\min}/m_1$ and,
+with the cap, to the $q$ above which the pair is hard at that period; $e$
+given $(m_1, P)$ below both MD17's $e_{\max}(P)$ and the contact limit.
+Only the `"ratio"` pairing applies.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ from .distributions import (
     AbstractDistribution,
     resolve,
 )
+from .moe17 import Q_MIN, Moe17
 from .orbits import (
     DAY_MYR,
     OrbitalElements,
@@ -80,12 +93,16 @@ class BinaryPopulation(eqx.Module):
       with `fraction_width`).
     - `period`: `"kroupa95"` (default), `"dm91"`, `"sana12"` or a period
       distribution in $\log_{10}(P/\mathrm{day})$ (`Kroupa95Period(...)`,
-      `LogNormalPeriod(mean, sigma)`, `PowerLawPeriod(index, ...)`).
+      `LogNormalPeriod(mean, sigma)`, `PowerLawPeriod(index, ...)`); or
+      `"moe17"` (`Moe17()`): Moe & Di Stefano's joint model, which also sets
+      the eccentricities, the mass ratios and a mass-dependent membership
+      (`fraction` then scales it; see the module notes).
     - `eccentricity`: `"thermal"` (default), `"uniform"`, `"sana12"`,
-      `"circular"` or `PowerLawEccentricity(eta)`.
+      `"circular"` or `PowerLawEccentricity(eta)` (leave unset, or
+      `"moe17"`, with the joint model).
     - `mass_ratio`: `"uniform"` (q in [0.1, 1], default) or
       `PowerLawMassRatio(gamma, q_min, q_max)`; used by the `"ratio"` and
-      `"split"` pairings.
+      `"split"` pairings (leave unset, or `"moe17"`, with the joint model).
     - `pairing`: one of `PAIRINGS` (static), default `"ratio"`.
     - `m_sort`: mass in Msun above which `"ordered"`, `"separate"` and `"split"`
       pair differently (default 5, McLuster's; a threshold: no gradient).
@@ -97,9 +114,9 @@ class BinaryPopulation(eqx.Module):
     """
 
     fraction: Array
-    period: AbstractDistribution
-    eccentricity: AbstractDistribution
-    mass_ratio: AbstractDistribution
+    period: AbstractDistribution | Moe17
+    eccentricity: AbstractDistribution | None
+    mass_ratio: AbstractDistribution | None
     m_sort: Array
     fraction_width: Array | None
     contact_factor: Array
@@ -109,9 +126,9 @@ class BinaryPopulation(eqx.Module):
     def __init__(
         self,
         fraction: ArrayLike = 1.0,
-        period: str | AbstractDistribution = "kroupa95",
-        eccentricity: str | AbstractDistribution = "thermal",
-        mass_ratio: str | AbstractDistribution = "uniform",
+        period: str | AbstractDistribution | Moe17 = "kroupa95",
+        eccentricity: str | AbstractDistribution | None = None,
+        mass_ratio: str | AbstractDistribution | None = None,
         pairing: str = "ratio",
         *,
         m_sort: ArrayLike = 5.0,
@@ -130,13 +147,33 @@ class BinaryPopulation(eqx.Module):
         dtype = jnp.result_type(float)
         self.fraction = jnp.asarray(fraction, dtype)
         self.period = resolve(period, PERIODS, "period")
-        self.eccentricity = resolve(eccentricity, ECCENTRICITIES, "eccentricity")
-        self.mass_ratio = resolve(mass_ratio, MASS_RATIOS, "mass_ratio")
+        if isinstance(self.period, Moe17):
+            for name, value in (("eccentricity", eccentricity), ("mass_ratio", mass_ratio)):
+                if value not in (None, "moe17"):
+                    raise ValueError(f"{name} comes from the joint period='moe17' model: leave it unset, got {value!r}")
+            if pairing != "ratio":
+                raise ValueError(f"period='moe17' draws q itself: pairing must be 'ratio', got {pairing!r}")
+            self.eccentricity = self.mass_ratio = None
+        else:
+            self.eccentricity = resolve(
+                "thermal" if eccentricity is None else eccentricity, ECCENTRICITIES, "eccentricity"
+            )
+            self.mass_ratio = resolve("uniform" if mass_ratio is None else mass_ratio, MASS_RATIOS, "mass_ratio")
         self.m_sort = jnp.asarray(m_sort, dtype)
         self.fraction_width = None if fraction_width is None else jnp.asarray(fraction_width, dtype)
         self.contact_factor = jnp.asarray(contact_factor, dtype)
         self.pairing = pairing
         self.hard_soft_cap = bool(hard_soft_cap)
+
+    @classmethod
+    def moe17(cls, fraction: ArrayLike = 1.0, **kwargs) -> BinaryPopulation:
+        """Moe & Di Stefano (2017): `BinaryPopulation(fraction, "moe17", **kwargs)`."""
+        return cls(fraction, "moe17", **kwargs)
+
+    @property
+    def is_joint(self) -> bool:
+        """Whether periods, mass ratios and eccentricities come from one joint model (`"moe17"`)."""
+        return isinstance(self.period, Moe17)
 
     @property
     def needs_companion_masses(self) -> bool:
@@ -215,10 +252,13 @@ def _masses(key: Key, m1: Array, population: BinaryPopulation, companion_masses,
     return jnp.where(by_ratio, m1, heavy), jnp.where(by_ratio, q * m1, light)
 
 
-def _weights(key: Key, n: int, dtype, population: BinaryPopulation) -> tuple[Array, Array]:
+def _weights(key: Key, n: int, dtype, population: BinaryPopulation, scale=None) -> tuple[Array, Array]:
+    """Membership with probability `fraction` (times `scale`, capped at 1, when given)."""
     fraction = eqx.error_if(
         population.fraction, (population.fraction < 0) | (population.fraction > 1), "fraction must be in [0, 1]"
     )
+    if scale is not None:
+        fraction = jnp.minimum(fraction * scale, 1.0)
     u = jax.random.uniform(key, (n,), dtype)
     members = u < fraction
     if population.fraction_width is None:
@@ -236,6 +276,47 @@ def _period_limits(m1, m2, a_contact, day, G, population, sigma, mean_mass):
         return lp_contact, jnp.full_like(lp_contact, jnp.inf)
     a_hard_soft = G * m1 * m2 / (2.0 * mean_mass * sigma**2)
     return lp_contact, jnp.log10(orbital_period(a_hard_soft, total, G) / day)
+
+
+def _hard_mass_ratio(m1, log_period, day, G, sigma, mean_mass):
+    r"""Lowest q for which a pair of period P around m1 is hard ($G m_1 m_2/2a \ge \langle m\rangle\sigma^2$).
+
+    With $a^3 = G m_1 (1+q) (P/2\pi)^2$ the condition is $q (1+q)^{-1/3} \ge K$;
+    the root of $q^3 = s (1 + q)$, $s = K^3$, is Cardano's $c + s/(3c)$ with
+    $c^3 = s/2 + \sqrt{s^2/4 - s^3/27}$ (one real root for $s < 27/4$; this form
+    has no cancellation as $s \to 0$).
+    """
+    period = 10.0**log_period * day
+    k = 2.0 * mean_mass * sigma**2 * jnp.cbrt(G * m1 * (period / (2.0 * jnp.pi)) ** 2) / (G * m1**2)
+    s = k**3
+    tiny = jnp.finfo(s.dtype).tiny
+    c = jnp.cbrt(jnp.maximum(0.5 * s + jnp.sqrt(jnp.maximum(0.25 * s**2 - s**3 / 27.0, tiny)), tiny))
+    return c + s / (3.0 * c)
+
+
+def _contact_axis(m1, m2, population, units):
+    """a_c = f_c (R_1 + R_2) in code length."""
+    radii = main_sequence_radius(m1 * units.mass_msun) + main_sequence_radius(m2 * units.mass_msun)
+    return population.contact_factor * radii * RSUN_PC / units.length_pc
+
+
+def _joint_draws(keys, m1, population, units, sigma, mean_mass, m_min):
+    """Membership, companion masses and periods from the joint model (`"moe17"`)."""
+    k_q, k_member, k_period = keys
+    model, n, dtype = population.period, m1.shape[0], m1.dtype
+    m1_msun = m1 * units.mass_msun
+    weights, members = _weights(k_member, n, dtype, population, model.binary_fraction(m1_msun))
+    day = DAY_MYR / units.time_myr
+    # An equal-mass pair has the longest contact period of all q <= 1 (and the widest hard orbit).
+    lp_lo, lp_hi = _period_limits(
+        m1, m1, _contact_axis(m1, m1, population, units), day, units.G, population, sigma, mean_mass
+    )
+    log_period = model.sample_log_period(uniform_open(k_period, (n,), dtype), m1_msun, lp_lo, lp_hi)
+    q_lo = jnp.full_like(m1, Q_MIN) if m_min is None else m_min / m1
+    if population.hard_soft_cap:
+        q_lo = jnp.maximum(q_lo, _hard_mass_ratio(m1, log_period, day, units.G, sigma, mean_mass))
+    q = model.sample_mass_ratio(uniform_open(k_q, (n,), dtype), m1_msun, log_period, q_lo)
+    return q * m1, weights, members, log_period
 
 
 def sample_binaries(
@@ -279,22 +360,33 @@ def sample_binaries(
         raise ValueError(f"primary_masses must be one-dimensional (n,), got shape {m1_in.shape}")
     if population.hard_soft_cap and sigma is None:
         raise ValueError("hard_soft_cap=True needs sigma= (the local 1D velocity dispersion)")
+    if population.hard_soft_cap and population.is_joint and mean_mass is None:
+        raise ValueError("period='moe17' with hard_soft_cap=True needs mean_mass= (q is drawn after the period)")
     n, dtype = m1_in.shape[0], m1_in.dtype
     k_mass, k_member, k_period, k_ecc, k_orient = jax.random.split(key, 5)
-    m1, m2 = _masses(k_mass, m1_in, population, companion_masses, imf, units, m_min)
-    weights, members = _weights(k_member, n, dtype, population)
-
     G = units.G
     day = DAY_MYR / units.time_myr
-    radii = main_sequence_radius(m1 * units.mass_msun) + main_sequence_radius(m2 * units.mass_msun)
-    a_contact = population.contact_factor * radii * RSUN_PC / units.length_pc
-    if mean_mass is None:
-        mean_mass = 0.5 * (jnp.mean(m1) + jnp.mean(m2))
-    lp_lo, lp_hi = _period_limits(m1, m2, a_contact, day, G, population, sigma, mean_mass)
-    log_period = population.period.truncated_icdf(uniform_open(k_period, (n,), dtype), lp_lo, lp_hi)
+    if population.is_joint:
+        m1 = m1_in
+        m2, weights, members, log_period = _joint_draws(
+            (k_mass, k_member, k_period), m1, population, units, sigma, mean_mass, m_min
+        )
+        a_contact = _contact_axis(m1, m2, population, units)
+    else:
+        m1, m2 = _masses(k_mass, m1_in, population, companion_masses, imf, units, m_min)
+        weights, members = _weights(k_member, n, dtype, population)
+        a_contact = _contact_axis(m1, m2, population, units)
+        if mean_mass is None:
+            mean_mass = 0.5 * (jnp.mean(m1) + jnp.mean(m2))
+        lp_lo, lp_hi = _period_limits(m1, m2, a_contact, day, G, population, sigma, mean_mass)
+        log_period = population.period.truncated_icdf(uniform_open(k_period, (n,), dtype), lp_lo, lp_hi)
     a = semi_major_axis(10.0**log_period * day, m1 + m2, G)
     e_max = jnp.clip(1.0 - a_contact / a, 0.0, 1.0)
-    e = population.eccentricity.truncated_icdf(uniform_open(k_ecc, (n,), dtype), 0.0, e_max)
+    u_e = uniform_open(k_ecc, (n,), dtype)
+    if population.is_joint:
+        e = population.period.sample_eccentricity(u_e, m1 * units.mass_msun, log_period, e_max)
+    else:
+        e = population.eccentricity.truncated_icdf(u_e, 0.0, e_max)
 
     inclination, node, periapsis, mean_anomaly = sample_orientations(k_orient, (n,), dtype)
     elements = OrbitalElements(a, e, inclination, node, periapsis, mean_anomaly)

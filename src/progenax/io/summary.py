@@ -7,6 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from ..binaries import binding_energy_distribution, hard_binary_fraction
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
 
 
@@ -32,6 +33,27 @@ def _diagnostics(ic) -> dict[str, Any]:
         "Q": float(virial_ratio(s.positions, s.velocities, m, G=ic.units.G, centre=jnp.asarray(centre))),
         "dtype": str(s.positions.dtype),
     }
+
+
+def _binaries_line(ic) -> str | None:
+    """The binaries of `ic`: count, fraction of systems, hard fraction, the
+    median binding energy in units of <m> sigma^2, and the systems' Q."""
+    if ic.pairs is None:
+        return None
+    s, pairs = ic.state, ic.pairs
+    m = s.masses * ic.weights
+    k = int(pairs.shape[0])
+    n_systems = int(s.masses.shape[0]) - k
+    if k == 0:
+        return f"0 of {n_systems} systems"
+    hard = float(hard_binary_fraction(s.positions, s.velocities, m, pairs, ic.units.G))
+    _, _, x = binding_energy_distribution(s.positions, s.velocities, m, pairs, ic.units.G)
+    systems = ic.systems()
+    q_systems = float(virial_ratio(systems.positions, systems.velocities, systems.masses, G=ic.units.G))
+    return (
+        f"{k} of {n_systems} systems ({k / n_systems:.3g}); hard (E_b > <m> sigma^2) {100 * hard:.1f}%, "
+        f"median log10(E_b / <m> sigma^2) = {float(np.median(np.asarray(x))):.2f}; systems' Q = {q_systems:.4f}"
+    )
 
 
 def _format_value(value: Any) -> str:
@@ -84,11 +106,14 @@ def format_summary(ic) -> str:
         ("N", n_line),
         ("total mass", mass_line),
         ("half-mass radius", rh_line),
-        ("virial ratio Q", f"{d['Q']:.4f}"),
+        ("virial ratio Q", f"{d['Q']:.4f}" + (" (stars; binaries' orbits included)" if ic.pairs is not None else "")),
         ("units", units_line),
         ("dtype", d["dtype"]),
         ("parameters", _format_parameters(dict(ic.params))),
     ]
+    binaries = _binaries_line(ic)
+    if binaries is not None:
+        rows.insert(4, ("binaries", binaries))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
