@@ -308,3 +308,30 @@ def test_relax_refuses_a_nan_input_in_one_line(tmp_path, capsys):
     code, out, err = _run(capsys, "relax", path, "-o", tmp_path / "r.h5", "--steps", 2)
     _assert_usage_error(code, err, "nan.h5", "positions must be finite", "row 3")
     assert not (tmp_path / "r.h5").exists()
+
+
+# ----------------------------------------------------------------------- binaries
+
+
+def test_build_with_binaries_then_info(tmp_path, capsys):
+    path = tmp_path / "binaries.h5"
+    code, out, err = _run(capsys, "build", "plummer", "--n", N, "--binary-fraction", 1.0, "-o", path)
+    assert code == 0, err
+    ic = pio.read(path)
+    assert ic.n == 2 * N and ic.pairs.shape == (N, 2)
+    code, out, err = _run(capsys, "info", path)
+    assert code == 0, err
+    assert f"{N} of {N} systems" in out and "systems' Q = 0.5000" in out
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--binary-period", "dm91"], ["--binary-period", "--binary-fraction"]),
+        (["--binary-fraction", "1.5"], ["--binary-fraction", "[0, 1]"]),
+        (["--binary-fraction", "0.5", "--binary-period", "moe17", "--binary-eccentricity", "thermal"], ["moe17"]),
+    ],
+)
+def test_binary_flags_are_checked(tmp_path, capsys, flags, words):
+    code, _, err = _run(capsys, "build", "plummer", "--n", N, *flags, "-o", tmp_path / "x.h5")
+    _assert_usage_error(code, err, *words)

@@ -33,6 +33,8 @@ import jax
 from . import audit
 from . import io as pio
 from ._version import __version__
+from .binaries import PAIRINGS, BinaryPopulation
+from .binaries.distributions import ECCENTRICITIES, MASS_RATIOS, PERIODS
 from .builders import model_builder, plummer_builder
 from .io.amuse import require_amuse
 from .models import REGISTRY
@@ -143,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     _add_model_flags(b)
+    _add_binary_flags(b)
     b.add_argument("--imf", choices=IMFS, default="kroupa", help="initial mass function (default kroupa)")
     b.add_argument("--units", choices=UNITS, default="physical", help="unit system of the file (default physical)")
     b.add_argument(
@@ -231,6 +234,51 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
+_BINARY_CHOICES = {
+    "binary_period": tuple(PERIODS),
+    "binary_eccentricity": tuple(ECCENTRICITIES),
+    "binary_mass_ratio": tuple(MASS_RATIOS),
+    "binary_pairing": PAIRINGS,
+}
+
+
+def _add_binary_flags(parser: argparse.ArgumentParser) -> None:
+    """The `BinaryPopulation` flags (McLuster's -b, -p, -e, -q and pairing)."""
+    group = parser.add_argument_group("primordial binaries (progenax.BinaryPopulation; --n then counts systems)")
+    group.add_argument(
+        "--binary-fraction", type=float, default=None, help="fraction of systems that are binaries, in [0, 1]"
+    )
+    helps = {
+        "binary_period": "period distribution (default kroupa95; moe17: periods, q and e jointly)",
+        "binary_eccentricity": "eccentricity distribution (default thermal; not with moe17)",
+        "binary_mass_ratio": "mass-ratio distribution (default uniform; not with moe17)",
+        "binary_pairing": "pairing of the two masses (default ratio; McLuster's: random, ordered, separate, split)",
+    }
+    for name, choices in _BINARY_CHOICES.items():
+        group.add_argument("--" + name.replace("_", "-"), choices=choices, default=None, help=helps[name])
+
+
+def _binaries(args: argparse.Namespace) -> BinaryPopulation | None:
+    """The population the binary flags describe, or None without --binary-fraction."""
+    given = [name for name in _BINARY_CHOICES if getattr(args, name) is not None]
+    if args.binary_fraction is None:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --binary-fraction (the binaries' share of systems)")
+        return None
+    if not 0.0 <= args.binary_fraction <= 1.0:
+        raise UsageError(f"--binary-fraction must be in [0, 1], got {args.binary_fraction}")
+    try:
+        return BinaryPopulation(
+            args.binary_fraction,
+            args.binary_period or "kroupa95",
+            args.binary_eccentricity,
+            args.binary_mass_ratio,
+            args.binary_pairing or "ratio",
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
 def _build(args: argparse.Namespace):
     """Build the cluster the `build` arguments describe."""
 
@@ -251,6 +299,7 @@ def _build(args: argparse.Namespace):
         Q=model.DEFAULT_Q if args.Q is None else args.Q,
         imf=args.imf,
         units=args.units,
+        binaries=_binaries(args),
         **parameters,
     )
 
