@@ -15,6 +15,7 @@ and `king_builder` (W0 = 6, Kroupa IMF, equilibrium velocities) after compile
     python benchmarks/builders.py --king-only [--king-sizes 100000 1000000]
     python benchmarks/builders.py --fractal-only [--fractal-sizes 100000 1000000]
     python benchmarks/builders.py --every-builder [--every-sizes 10000 100000]
+    python benchmarks/builders.py --binaries [--sizes 100000 1000000]
 
 Every-builder rows: compile time (lower + compile) and build time after compile
 (median of repeats) of each exported builder in its common settings, through
@@ -212,6 +213,19 @@ def every_builder_rows(sizes: list[int], repeats: int) -> None:
             print(f"{name:<16} {n:>8} {compile_s:>12.2f} {build_s:>10.3f}", flush=True)
 
 
+def binary_rows(sizes: list[int], repeats: int) -> None:
+    """Plummer systems with and without binaries (fraction 1, Kroupa 1995 periods,
+    thermal eccentricities), side by side: the issue's bound is a ratio <= 1.5."""
+    population = progenax.BinaryPopulation(1.0)
+    print(f"{'n systems':>10} {'single [s]':>11} {'binaries [s]':>13} {'ratio':>6} {'compile single/binaries [s]':>28}")
+    for n in sizes:
+        c0, t0, _ = compile_and_time(lambda key, n=n: progenax.plummer_builder(key, n=n).state, repeats)
+        c1, t1, _ = compile_and_time(
+            lambda key, n=n: progenax.plummer_builder(key, n=n, binaries=population).state, repeats
+        )
+        print(f"{n:>10} {t0:>11.3f} {t1:>13.3f} {t1 / t0:>6.2f} {c0:>13.2f} / {c1:.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -222,6 +236,7 @@ def main() -> None:
     parser.add_argument("--fractal-only", action="store_true", help="only the fractal rows")
     parser.add_argument("--every-sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--every-builder", action="store_true", help="compile and build time of every builder")
+    parser.add_argument("--binaries", action="store_true", help="Plummer with and without binaries (--sizes)")
     args = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, float64; median of {args.repeats}")
     if args.king_only:
@@ -229,6 +244,9 @@ def main() -> None:
         return
     if args.fractal_only:
         fractal_rows(args.fractal_sizes, args.repeats)
+        return
+    if args.binaries:
+        binary_rows(args.sizes, args.repeats)
         return
     if args.every_builder:
         print(f"progenax from {progenax.__file__}")

@@ -156,3 +156,15 @@ def test_gradients_in_the_binary_parameters_match_central_differences():
             step = jnp.zeros(3).at[k].set(h)
             fd = (value_and_grad(theta + step, key)[0] - value_and_grad(theta - step, key)[0]) / (2 * h)
             assert float(grad[k]) == pytest.approx(float(fd), rel=1e-5, abs=1e-9 * abs(float(fd)) + 1e-12)
+
+
+def test_systems_for_stars_gives_the_star_budget():
+    from progenax.binaries import systems_for_stars
+
+    n = systems_for_stars(3000, 0.5)
+    assert n == 2000 and systems_for_stars(3000, 1.0) == 1500 and systems_for_stars(3000, 0.0) == 3000
+    ic = progenax.plummer_builder(KEY, n=n, binaries=BinaryPopulation(0.5))
+    # n(1 + f) stars on average; binomial sd sqrt(n f (1 - f)) = 22 for the binaries.
+    assert abs(ic.n - 3000) < 5 * np.sqrt(n * 0.25)
+    with pytest.raises(ValueError, match="fraction"):
+        systems_for_stars(100, 1.5)

@@ -29,6 +29,7 @@ from .population import Binaries as Binaries
 from .population import BinaryPopulation as BinaryPopulation
 from .population import place_binaries as place_binaries
 from .population import sample_binaries as sample_binaries
+from .population import systems_for_stars as systems_for_stars
 from .stellar import main_sequence_radius as main_sequence_radius
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "BinaryPopulation",
     "place_binaries",
     "sample_binaries",
+    "systems_for_stars",
     # diagnostics
     "BoundPairs",
     "binding_energy_distribution",

@@ -420,3 +420,22 @@ def place_binaries(
     n = m1.shape[0]
     pairs = jnp.stack([2 * jnp.arange(n), 2 * jnp.arange(n) + 1], axis=1)
     return positions, velocities, masses, pairs
+
+
+def systems_for_stars(n_stars: int, fraction: float) -> int:
+    r"""The number of systems `n` that gives about `n_stars` stars at binary fraction `fraction`.
+
+    Builders count systems (`n`); a cluster of $n$ systems has $n(1 + f)$ stars
+    on average (exactly $2n$ at $f = 1$), so $n = \mathrm{round}(n_\star/(1 + f))$.
+    For the moe17 population, whose fraction depends on the primary's mass, pass
+    the mean binary fraction of the IMF instead.
+
+    ```python
+    n = progenax.binaries.systems_for_stars(100_000, 0.5)  # 66,667 systems, ~1e5 stars
+    ```
+    """
+    if isinstance(n_stars, bool) or int(n_stars) != n_stars or n_stars < 1:
+        raise ValueError(f"n_stars must be a positive int, got {n_stars!r}")
+    if not 0.0 <= float(fraction) <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+    return max(1, round(int(n_stars) / (1.0 + float(fraction))))
