@@ -123,7 +123,7 @@ def test_build_passes_defaults_to_eff_builder(tmp_path, capsys, monkeypatch):
     # Model parameters not given on the command line take the model's defaults.
     calls = _spy_builder(monkeypatch)
     assert _run(capsys, "build", "eff", "--n", 50, "-o", tmp_path / "e.npz")[0] == 0
-    assert calls == [("eff", dict(n=50, alpha=2.3, Q=0.5, imf="kroupa", units="physical"))]
+    assert calls == [("eff", dict(n=50, alpha=2.3, Q=0.5, imf="kroupa", units="physical", binaries=None))]
 
 
 def test_build_king_passes_its_defaults(tmp_path, capsys, monkeypatch):
@@ -131,7 +131,7 @@ def test_build_king_passes_its_defaults(tmp_path, capsys, monkeypatch):
     calls = _spy_builder(monkeypatch)
     assert _run(capsys, "build", "king", "--n", 50, "-o", tmp_path / "k.npz")[0] == 0
     assert _run(capsys, "build", "king", "--n", 50, "--W0", 9, "--Q", 0.4, "-o", tmp_path / "k.npz")[0] == 0
-    common = dict(n=50, alpha=2.3, imf="kroupa", units="physical")
+    common = dict(n=50, alpha=2.3, imf="kroupa", units="physical", binaries=None)
     assert calls == [("king", dict(Q=None, **common)), ("king", dict(W0=9.0, Q=0.4, **common))]
     code, out, err = _run(capsys, "build", "plummer", "--n", 10, "--W0", 6, "-o", tmp_path / "p.npz")
     _assert_usage_error(code, err, "--W0", "king")

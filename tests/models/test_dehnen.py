@@ -248,6 +248,7 @@ def test_command_line_offers_the_model_and_its_flags(tmp_path, capsys, monkeypat
     monkeypatch.setattr(cli, "model_builder", spy)
     args = ["build", "dehnen", "--n", "40", "--gamma", "1.5", "--r-h", "2.0", "-o", str(tmp_path / "d.npz")]
     assert cli.main(args) == 0
-    assert calls == [("dehnen", dict(n=40, gamma=1.5, r_h=2.0, alpha=2.3, Q=0.5, imf="kroupa", units="physical"))]
+    expected = dict(n=40, gamma=1.5, r_h=2.0, alpha=2.3, Q=0.5, imf="kroupa", units="physical", binaries=None)
+    assert calls == [("dehnen", expected)]
     assert cli.main(["build", "dehnen", "--W0", "6", "-o", str(tmp_path / "d.npz")]) == 2
     assert "--W0 only applies to the king" in capsys.readouterr().err
