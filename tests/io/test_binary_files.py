@@ -23,7 +23,10 @@ def test_native_files_keep_the_pairs(tmp_path, cluster, suffix):
 
 
 def test_single_star_files_have_no_pairs(tmp_path):
+    # binaries=None (the default) is the single-star build: no pairs, and its
+    # output bit-identical to 0.1.0's (tests/builders/test_output_hashes.py).
     ic = progenax.plummer_builder(0, n=200)
+    assert ic.pairs is None
     assert pio.read(pio.write(ic, tmp_path / "s.h5")).pairs is None
 
 
