@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ..binaries import binding_energy_distribution, hard_binary_fraction
+from ..binaries import binding_energy_distribution
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
 
 
@@ -46,13 +46,15 @@ def _binaries_line(ic) -> str | None:
     n_systems = int(s.masses.shape[0]) - k
     if k == 0:
         return f"0 of {n_systems} systems"
-    hard = float(hard_binary_fraction(s.positions, s.velocities, m, pairs, ic.units.G))
+    # x = log10(E_b / <m> sigma^2) per pair: hard pairs have x > 0 (one elements pass for both figures).
     _, _, x = binding_energy_distribution(s.positions, s.velocities, m, pairs, ic.units.G)
+    x = np.asarray(x)
+    hard = float(np.mean(x > 0))
     systems = ic.systems()
     q_systems = float(virial_ratio(systems.positions, systems.velocities, systems.masses, G=ic.units.G))
     return (
         f"{k} of {n_systems} systems ({k / n_systems:.3g}); hard (E_b > <m> sigma^2) {100 * hard:.1f}%, "
-        f"median log10(E_b / <m> sigma^2) = {float(np.median(np.asarray(x))):.2f}; systems' Q = {q_systems:.4f}"
+        f"median log10(E_b / <m> sigma^2) = {float(np.median(x)):.2f}; systems' Q = {q_systems:.4f}"
     )
 
 
