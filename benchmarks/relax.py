@@ -2,11 +2,15 @@
 
 Prints, for each case, the rms relative deviation of the SPH density from the
 target before and after relaxation (inside 3 r_h for clusters), the change of
-the half-mass radius, the wall time of the relaxation, and the cell list's
+the half-mass radius, the fewest stars any radial shell (0.2 r_h thick, out to
+3 r_h) keeps relative to before ("shells kept": 0% is an emptied shell), the
+wall and CPU time of the relaxation (CPU: all threads, steadier than wall
+time on a loaded machine), and the cell list's
 pair slots per particle against the exact neighbour count. Each case runs in
 its own process so peak memory (ru_maxrss) is per case.
 
     python benchmarks/relax.py --case plummer --n 100000 --steps 100
+    python benchmarks/relax.py --case plummer --n 2000 --steps 200    # small N (the CLI's 200 steps)
     python benchmarks/relax.py --case all
     python benchmarks/relax.py --memory --n 100000 --steps 100   # gradient vs forward peak RSS
 """
@@ -66,6 +70,14 @@ def _count_pair(a_i, a_j, dx):
     return ((r < 2.0 * a_i["h"]).astype(a_i["h"].dtype) * jnp.ones_like(a_j["h"]),), None
 
 
+def _shell_counts(x, r_h):
+    """Stars in radial shells 0.2 r_h thick out to 3 r_h (about the origin)."""
+    import numpy as np
+
+    r = np.linalg.norm(np.asarray(x), axis=1)
+    return np.histogram(r, bins=np.linspace(0.0, 3.0 * r_h, 16))[0].tolist()
+
+
 def run_case(case: str, n: int, steps: int) -> dict:
     import jax
     import jax.numpy as jnp
@@ -84,14 +96,22 @@ def run_case(case: str, n: int, steps: int) -> dict:
         h = jnp.full(n, eta * (1.0 / n) ** (1.0 / dim))
         err = lambda x: adaptive_density(x, m, h, box=box, n_bands=1) / rho0 - 1.0
         before = _rms(err(x0))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         x = relax(x0, target=rho0, box=box, steps=steps)
         x.block_until_ready()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         after = _rms(err(x))
         slots, neighbours = _slots_and_neighbours(x, m, h, jnp.full(dim, box), 1, dim)
         return dict(
-            case=case, n=n, steps=steps, before=before, after=after, wall_s=wall, slots=slots, neighbours=neighbours
+            case=case,
+            n=n,
+            steps=steps,
+            before=before,
+            after=after,
+            wall_s=wall,
+            cpu_s=cpu,
+            slots=slots,
+            neighbours=neighbours,
         )
     if case == "plummer":
         ic = progenax.plummer_builder(0, n=n)
@@ -109,12 +129,13 @@ def run_case(case: str, n: int, steps: int) -> dict:
 
     r_h0 = float(half_mass_radius(ic.state.positions, ic.state.masses))
     before = _rms(err(ic))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = relax(ic, steps=steps)
     out.state.positions.block_until_ready()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     after = _rms(err(out))
     r_h1 = float(half_mass_radius(out.state.positions, ic.state.masses))
+    shells = [_shell_counts(s.positions, float(ic.params["r_h"])) for s in (ic.state, out.state)]
     x = out.state.positions
     h, _, live = smoothing_lengths(x, m, target, eta)
     slots, neighbours = _slots_and_neighbours(x, m, h, None, 8, 3, live)
@@ -125,7 +146,9 @@ def run_case(case: str, n: int, steps: int) -> dict:
         before=before,
         after=after,
         wall_s=wall,
+        cpu_s=cpu,
         r_h_change=r_h1 / r_h0 - 1.0,
+        shell_ratio=float(min(a / max(b, 1) for a, b in zip(shells[1], shells[0]))),
         slots=slots,
         neighbours=neighbours,
     )
@@ -203,7 +226,7 @@ def main(argv=None):
     cases = CASES if args.case == "all" else (args.case,)
     print(
         f"{'case':<8} {'N':>8} {'steps':>5} {'rms before':>10} {'rms after':>10} {'r_h change':>10} "
-        f"{'wall s':>7} {'slots/ptcl':>10} {'neighbours':>10} {'peak GB':>7}"
+        f"{'shells kept':>11} {'wall s':>7} {'cpu s':>7} {'slots/ptcl':>10} {'neighbours':>10} {'peak GB':>7}"
     )
     for case in cases:
         n, steps = defaults[case]
@@ -218,9 +241,11 @@ def main(argv=None):
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         change = f"{100 * r['r_h_change']:+.2f}%" if "r_h_change" in r else "-"
+        kept = f"{100 * r['shell_ratio']:.0f}%" if "shell_ratio" in r else "-"
         print(
             f"{case:<8} {n:>8} {steps:>5} {100 * r['before']:>9.2f}% {100 * r['after']:>9.2f}% {change:>10} "
-            f"{r['wall_s']:>7.1f} {r['slots']:>10.1f} {r['neighbours']:>10.1f} {r['peak_rss_gb']:>7.2f}"
+            f"{kept:>11} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['slots']:>10.1f} {r['neighbours']:>10.1f} "
+            f"{r['peak_rss_gb']:>7.2f}"
         )
 
 

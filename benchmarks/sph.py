@@ -62,14 +62,8 @@ def run_progenax(n: int, dim: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from progenax.neighbours.cells import build_cell_list, candidate_counts, slots_per_particle
+    from progenax.neighbours import LAYOUTS, build_cell_list, candidate_counts, slots_per_particle
     from progenax.sph import density_loss
-    from progenax.sph.density import (
-        DEFAULT_CELLS_PER_REACH,
-        DEFAULT_CHUNK,
-        DEFAULT_GROUPS,
-        DEFAULT_X_CELLS_PER_REACH,
-    )
 
     L, h = _box(n, dim), H[dim]
     x = jax.random.uniform(jax.random.PRNGKey(0), (n, dim), jnp.float64) * L
@@ -87,20 +81,21 @@ def run_progenax(n: int, dim: int) -> dict:
     grad = _best_of(lambda: gradient(x).block_until_ready())
     peak = _peak_rss_gb()
 
+    layout = LAYOUTS[dim]
     cells = build_cell_list(
         x,
         2.0 * h,
         box=jnp.full((dim,), L),
-        cells_per_reach=DEFAULT_CELLS_PER_REACH[dim],
-        x_cells_per_reach=DEFAULT_X_CELLS_PER_REACH[dim],
-        chunk=DEFAULT_CHUNK,
+        cells_per_reach=layout.cells_per_reach,
+        x_cells_per_reach=layout.x_cells_per_reach,
+        chunk=layout.chunk,
     )
     return {
         "compile_s": compile_s,
         "forward_s": fwd,
         "gradient_s": grad,
         "peak_gb": peak,
-        "slots": float(slots_per_particle(cells, DEFAULT_CHUNK, DEFAULT_GROUPS)),
+        "slots": float(slots_per_particle(cells, layout.chunk, layout.groups)),
         "pairs_read": float(jnp.mean(candidate_counts(cells))),
         "loss": float(forward(x)),
     }

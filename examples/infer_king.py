@@ -3,7 +3,7 @@
     python examples/infer_king.py [--n 2000] [--num-chains 2] [--num-warmup 500]
         [--num-samples 500] [--likelihood unbinned|mock] [--seed 0]
         [--output infer_king.png] [--n-model 1000] [--num-covariance 100] [--target-accept 0.8]
-        [--chain-method vectorized|sequential|parallel]
+        [--chain-method vectorized|sequential|parallel] [--posterior P.nc] [--no-progress]
 
 A cluster of n stars is built with `king_builder` (truth r_h = 1 pc,
 alpha = 2.3, Q = 0.5, W0 = 6; velocities from the DF scaled by sqrt(2Q), see
@@ -14,20 +14,31 @@ likelihood of summaries of the cluster forward-modelled by `king_builder`, with
 gradients through the builder and the SPH density (`progenax.infer.mock`).
 Prints numpyro's summary, each parameter's median against the truth in
 posterior standard deviations, bulk ESS, r-hat, divergences, wall time and ESS
-per second, and writes a corner plot.
+per second, ArviZ's summary (r-hat, ESS); writes the posterior as netCDF
+(ArviZ `InferenceData`) and an ArviZ pair plot. NUTS shows a progress bar
+(`--no-progress` hides it).
 """
 
 import argparse
 import functools
+import pathlib
 import time
 
 import jax
-import numpy as np
 import numpyro
 from numpyro.infer import MCMC, NUTS
 
-from progenax.infer import init_to_data, king_model, mock_likelihood, print_recovery, simulate_king
-from progenax.infer.plotting import corner_plot
+from progenax.infer import (
+    init_to_data,
+    king_model,
+    mock_likelihood,
+    pair_plot,
+    posterior_summary,
+    print_recovery,
+    simulate_king,
+    to_inference_data,
+    write_posterior,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -58,6 +69,8 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="infer_king.png")
+    parser.add_argument("--posterior", default=None, help="netCDF file of the posterior (default: --output with .nc)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args()
     if args.chain_method == "parallel" and args.likelihood == "mock":
         # Measured: under numpyro's pmap the builder's diffrax profile solve
@@ -95,7 +108,7 @@ def main() -> None:
         num_samples=args.num_samples,
         num_chains=args.num_chains,
         chain_method=args.chain_method,
-        progress_bar=False,
+        progress_bar=not args.no_progress,
         jit_model_args=True,
     )
     mcmc.run(jax.random.PRNGKey(args.seed + 1), data, extra_fields=("diverging",))
@@ -103,9 +116,12 @@ def main() -> None:
     wall = time.perf_counter() - start
     mcmc.print_summary()
     print_recovery(mcmc, TRUTH, wall)
-    flat = {p: np.asarray(mcmc.get_samples()[p]) for p in TRUTH}
-    corner_plot(flat, TRUTH, args.output, f"King NUTS posterior, {args.likelihood} likelihood (red: truth)")
-    print(f"wrote {args.output}")
+    idata = to_inference_data(mcmc)
+    print(posterior_summary(idata, list(TRUTH)).to_string())
+    posterior = args.posterior or str(pathlib.Path(args.output).with_suffix(".nc"))
+    print(f"wrote {write_posterior(idata, posterior)}    (read with arviz.from_netcdf)")
+    title = f"King NUTS posterior, {args.likelihood} likelihood (red: truth)"
+    print(f"wrote {pair_plot(idata, list(TRUTH), args.output, truth=TRUTH, title=title)}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
         [--num-samples 500] [--likelihood unbinned] [--seed 0]
         [--output docs/figures/inference_plummer.png] [--exact-virial] [--projected]
         [--los-error E] [--n-model 1000] [--num-covariance 100]
-        [--chain-method vectorized|sequential|parallel]
+        [--chain-method vectorized|sequential|parallel] [--posterior P.nc] [--no-progress]
 
 A cluster of n stars is built with `plummer_builder` (truth r_h = 1 pc,
 alpha = 2.3, Q = 0.5), observed with perfect 3D positions, velocities and masses
@@ -14,21 +14,30 @@ unbinned likelihood, or with `--likelihood mock` the Gaussian synthetic
 likelihood of summaries of the cluster forward-modelled by `plummer_builder`
 (gradients through the builder and the SPH density). Prints numpyro's summary,
 each parameter's median against the truth in posterior standard deviations, the
-bulk ESS, r-hat, divergences, wall time and ESS per second, and writes a
-corner-style plot.
+bulk ESS, r-hat, divergences, wall time and ESS per second, writes the
+posterior as netCDF (ArviZ `InferenceData`) and an ArviZ pair plot.
 """
 
 import argparse
 import functools
+import pathlib
 import time
 
 import jax
-import numpy as np
 import numpyro
 from numpyro.infer import MCMC, NUTS
 
-from progenax.infer import init_to_data, mock_likelihood, plummer_model, print_recovery, simulate_plummer
-from progenax.infer.plotting import corner_plot
+from progenax.infer import (
+    init_to_data,
+    mock_likelihood,
+    pair_plot,
+    plummer_model,
+    posterior_summary,
+    print_recovery,
+    simulate_plummer,
+    to_inference_data,
+    write_posterior,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -64,6 +73,8 @@ def main() -> None:
         action="store_true",
         help="data from plummer_builder(Q=0.5) rescaled to T/|W| = Q exactly (not the likelihood's model)",
     )
+    parser.add_argument("--posterior", default=None, help="netCDF file of the posterior (default: --output with .nc)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args()
     if args.chain_method == "parallel":
         numpyro.set_host_device_count(args.num_chains)  # before JAX's CPU backend starts
@@ -104,7 +115,7 @@ def main() -> None:
         num_samples=args.num_samples,
         num_chains=args.num_chains,
         chain_method=args.chain_method,
-        progress_bar=False,
+        progress_bar=not args.no_progress,
         jit_model_args=True,
     )
     mcmc.run(jax.random.PRNGKey(args.seed + 1), data, extra_fields=("diverging",))
@@ -112,9 +123,12 @@ def main() -> None:
     wall = time.perf_counter() - start
     mcmc.print_summary()
     print_recovery(mcmc, TRUTH, wall)
-    flat = {p: np.asarray(mcmc.get_samples()[p]) for p in TRUTH}
-    corner_plot(flat, TRUTH, args.output, f"Plummer NUTS posterior, {args.likelihood} likelihood (red: truth)")
-    print(f"wrote {args.output}")
+    idata = to_inference_data(mcmc)
+    print(posterior_summary(idata, list(TRUTH)).to_string())
+    posterior = args.posterior or str(pathlib.Path(args.output).with_suffix(".nc"))
+    print(f"wrote {write_posterior(idata, posterior)}    (read with arviz.from_netcdf)")
+    title = f"Plummer NUTS posterior, {args.likelihood} likelihood (red: truth)"
+    print(f"wrote {pair_plot(idata, list(TRUTH), args.output, truth=TRUTH, title=title)}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,74 @@
 """Physics and gradient tests run in float64; float32 smoke tests opt out locally."""
 
+import glob
+import os
+import shutil
+import tempfile
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
+
+from progenax.cli import CACHE_MAX_BYTES  # noqa: E402 (after x64 is on)
+
+# One XLA compilation cache per test run, shared by the xdist workers and the
+# subprocesses the tests start: most of the suite's time is compiling the same
+# builders in several files and processes. The controller (imported first)
+# makes the directory; workers and subprocesses inherit it through the
+# environment, and the controller removes it at the end. Starts empty, so a run
+# on a fresh machine gains exactly what a user's second build would.
+_RUN_CACHE_ENV = "PROGENAX_TEST_XLA_CACHE"
+if _RUN_CACHE_ENV not in os.environ:
+    os.environ[_RUN_CACHE_ENV] = tempfile.mkdtemp(prefix="progenax-test-xla-")
+    _OWNS_RUN_CACHE = True
+else:
+    _OWNS_RUN_CACHE = False
+jax.config.update("jax_compilation_cache_dir", os.environ[_RUN_CACHE_ENV])
+# `progenax.cli.main` (in-process, and in the subprocesses tests start) turns on
+# its persistent cache: point it at the run's, never at ~/.cache
+# (tests/test_cli.py checks the cache itself with its own directory).
+os.environ.setdefault("PROGENAX_COMPILE_CACHE", os.environ[_RUN_CACHE_ENV])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+# The command line's cache is size-capped (least-recently-used eviction, with
+# access-time files beside the entries): every process sharing the directory must
+# run the cache in that mode.
+jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+
+_saved = {"hits": 0, "seconds": 0.0}
+
+
+def _count_cache_hit(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+        _saved["hits"] += 1
+
+
+def _count_saved_time(event, duration, **kwargs):
+    if event == "/jax/compilation_cache/compile_time_saved_sec":
+        _saved["seconds"] += duration
+
+
+jax.monitoring.register_event_listener(_count_cache_hit)
+jax.monitoring.register_event_duration_secs_listener(_count_saved_time)
+
+
+def pytest_sessionfinish(session):
+    """Each process leaves its cache figures beside the cache for the summary."""
+    directory = os.environ[_RUN_CACHE_ENV]
+    if os.path.isdir(directory):
+        with open(os.path.join(directory, f"saved-{os.getpid()}.txt"), "w") as out:
+            out.write(f"{_saved['hits']} {_saved['seconds']}\n")
+
+
+def pytest_terminal_summary(terminalreporter):
+    hits, seconds = 0, 0.0
+    for name in glob.glob(os.path.join(os.environ[_RUN_CACHE_ENV], "saved-*.txt")):
+        with open(name) as f:
+            h, s = f.read().split()
+        hits, seconds = hits + int(h), seconds + float(s)
+    terminalreporter.write_line(f"XLA run cache: {hits} hits, {seconds:.0f} s of compilation saved")
+
+
+def pytest_unconfigure(config):
+    if _OWNS_RUN_CACHE and not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ[_RUN_CACHE_ENV], ignore_errors=True)

@@ -3,7 +3,7 @@
 import pytest
 
 import progenax
-from progenax.audit import FULL_TOLERANCE, REGISTRY, _load_registry, check_entry, format_table
+from progenax.audit import FULL_TOLERANCE, REGISTRY, AuditEntry, _load_registry, check_entry, format_table, run_audit
 
 _load_registry()
 
@@ -23,6 +23,19 @@ def test_partial_entries_state_a_reason():
         assert entry.status in ("full", "partial")
         if entry.status == "partial":
             assert entry.reason
+
+
+def test_only_partial_entries_use_another_observable():
+    assert all(e.observable == "default" for e in REGISTRY if e.status == "full")
+    with pytest.raises(ValueError, match="only a partial entry"):
+        AuditEntry("plummer_builder", "Q", 0.5, (1e-3, 5.0), observable="other")
+    with pytest.raises(ValueError, match="needs a reason"):
+        AuditEntry("plummer_builder", "Q", 0.5, (1e-3, 5.0), status="partial")
+
+
+def test_audit_shows_progress(capsys):
+    assert run_audit(builders=["no_such_builder"], progress=True) == []
+    assert "gradient audit" in capsys.readouterr().err
 
 
 # Each builder's entries share one compile of it (check_entry), so an entry is
@@ -67,7 +80,10 @@ def _audit_params():
 
 @pytest.mark.parametrize("entry", _audit_params(), ids=lambda e: f"{e.builder}-{e.parameter}-{e.value}")
 def test_audit_entry(entry):
+    # Autodiff against central differences at both keys and both steps (row.checks);
+    # a full entry's worst relative error is within FULL_TOLERANCE.
     row = check_entry(entry)
+    assert len(row.checks) == 4
     assert row.edges_finite, format_table([row])
     if entry.status == "full":
-        assert row.relative_error <= FULL_TOLERANCE, format_table([row])
+        assert row.relative_error <= FULL_TOLERANCE, (format_table([row]), row.checks)

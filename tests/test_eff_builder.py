@@ -100,10 +100,17 @@ BAD = [
     ({"gamma": float("nan")}, "gamma"),
     ({"r_h": 0.0}, "r_h"),
     ({"r_h": -2.0}, "r_h"),
-    ({"Q": 0.0}, "Q"),
+    ({"Q": -0.1}, "Q"),
     ({"n": 0}, "n"),
     ({"r_t": -1.0}, "r_t"),
     ({"r_t": 1.0}, "r_h"),  # r_h = 1 >= 2^(-1/3) r_t
+    # Issue 25 items 4 and 13: near gamma = 2 the untruncated halo cannot be
+    # stored (1e92 pc at 2.05); the message names gamma, not the scale radius.
+    ({"gamma": 2.0000001}, "gamma must be > 2.153"),
+    ({"gamma": 2.05}, "gamma must be > 2.153"),
+    ({"gamma": float("inf")}, "gamma"),
+    ({"r_t": float("inf")}, "r_t=None"),
+    ({"r_h": np.ones(3)}, "r_h must be a scalar"),
 ]
 
 
@@ -118,10 +125,28 @@ _build_under_jit = jax.jit(lambda gamma, r_h, Q: eff_builder(0, n=100, gamma=gam
 _GOOD = {"gamma": 3.0, "r_h": 1.0, "Q": 0.5}
 
 
-@pytest.mark.parametrize("name,value", [("gamma", 2.0), ("r_h", -1.0), ("Q", -1.0), ("gamma", float("nan"))])
+@pytest.mark.parametrize(
+    "name,value", [("gamma", 2.0), ("gamma", 2.0000001), ("r_h", -1.0), ("Q", -1.0), ("gamma", float("nan"))]
+)
 def test_bad_input_under_jit(name, value):
     with pytest.raises(Exception, match=name):
         _build_under_jit(**{**_GOOD, name: value})
+
+
+def test_gamma_floor_in_float32():
+    # float32 holds less: the floor is 2.544 there (`untruncated_gamma_floor`),
+    # where float32 at gamma = 2.05 gave 9% non-finite positions. Eager check,
+    # no compile.
+    with jax.enable_x64(False), pytest.raises(ValueError, match="gamma must be > 2.544.*float32"):
+        eff_builder(0, n=100, gamma=2.5)
+
+
+def test_q_zero_is_a_cold_start(heavy_tail):
+    # Issue 25 item 14: Q = 0 (cold collapse) was refused. Velocities are exactly
+    # zero; the positions are those of the Q = 0.5 build (same key and n).
+    cold = eff_builder(jax.random.PRNGKey(9), n=heavy_tail.n, gamma=3.0, Q=0.0)
+    assert float(jnp.max(jnp.abs(cold.state.velocities))) == 0.0
+    np.testing.assert_array_equal(cold.state.positions, heavy_tail.state.positions)
 
 
 # The truncated variant (20 s, its own compile) runs in `make validate`.

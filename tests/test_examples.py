@@ -1,5 +1,6 @@
 """Every script in examples/ runs with small arguments."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -45,14 +46,32 @@ def test_example_runs(script, tmp_path):
     args = SMALL_ARGS.get(script, [])
     if script == "quickstart.py":
         args = args + ["--output", str(tmp_path / "q.png")]
+    inference = script.startswith("infer_")
+    if inference:
+        args = args + ["--output", str(tmp_path / "posterior.png")]
+    # numpyro hides its progress bar when it sees CI or an xdist worker in the
+    # environment; the example runs as a user's shell would run it.
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_XDIST_WORKER")}
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    if inference:
+        # The posterior as netCDF (beside the figure), the ArviZ summary with r-hat
+        # and ESS, the pair plot, and NUTS's progress bar (on stderr).
+        import arviz as az
+
+        posterior = az.from_netcdf(str(tmp_path / "posterior.nc")).posterior
+        assert {"r_h", "alpha", "Q"} <= set(posterior.data_vars)
+        assert posterior.sizes["draw"] == int(args[args.index("--num-samples") + 1])
+        assert "r_hat" in result.stdout and "ess_bulk" in result.stdout
+        assert (tmp_path / "posterior.png").stat().st_size > 10_000
+        assert "sample:" in result.stderr or "warmup" in result.stderr
 
 
 @pytest.mark.slow

@@ -50,10 +50,26 @@ def test_delta_zero_removes_segregation():
     np.testing.assert_allclose(np.asarray(p.b_j), 1.0, rtol=1e-14)
 
 
+def test_a_dominant_heavy_component_fits_the_grid():
+    # Issue 25 item 11: the heaviest bin of a Kroupa IMF (mean mass ~2.8 Msun
+    # against ~0.2 for the rest, ~60% of the mass) dominates the centre, so in
+    # King radii of the total central density the light stars reach out to
+    # ~3e7 r_0: beyond the single-mass grid (1e5), which made king_builder fail
+    # for most keys at W0 = 6 with 8 or 10 bins. Same shapes as TWO: no new compile.
+    p = solve_mm(6.0, jnp.array([0.2, 2.8]), jnp.array([0.4, 0.6]), 1.0, 0.5)
+    assert 1e5 < float(p.r_t) < 1e10
+    assert float(p.mass_fraction_error) < 1e-5  # converged (measured 6e-7)
+    assert float(p.r_h_j[1]) < float(p.r_h_j[0])  # heavy stars more concentrated
+    # Beyond even the multi-mass grid: the message names what a builder user can change.
+    with pytest.raises(Exception, match="lower W0, delta or mass_bins"):
+        solve_mm(6.0, jnp.array([0.1, 3.0]), jnp.array([0.4, 0.6]), 1.0, 0.5).r_t.block_until_ready()
+
+
 @pytest.mark.parametrize(
     "kwargs,name",
     [
         (dict(mass_bins=0), "mass_bins"),
+        (dict(mass_bins=2, delta=2.0000001), "delta must be >= 0.0 and <= 2.0"),
         (dict(mass_bins=2.5), "mass_bins"),
         (dict(mass_bins=2, imf="equal"), "equal"),
         (dict(mass_bins=2, delta=-0.1), "delta"),

@@ -3,8 +3,11 @@
 ```
 progenax build plummer --n 10000 --r-h 1.0 --alpha 2.3 --Q 0.5 --seed 1 -o cluster.h5
 progenax build eff --n 10000 --gamma 3.0 --r-t 20 -o cluster.npz
-progenax build king --n 10000 --W0 6 --r-h 1.0 -o king.h5
-progenax build dehnen --n 10000 --gamma 1 -o hernquist.h5
+progenax build king --n 10000 --W0 6 --r-h 1.0 --mass-bins 8 --delta 0.5 -o king.h5
+progenax build limepy --n 10000 --W0 6 --g 1.5 --imf chabrier -o limepy.h5
+progenax build fractal --n 10000 --D 1.6 --profile box --segregation 0.5 -o fractal.h5
+progenax build plummer --host-mass 1e11 --R 8000 --tidal-mode hard -o truncated.h5
+progenax build --config cluster.toml --seed 2 -o cluster.h5
 progenax info cluster.h5
 progenax plot cluster.h5 -o quicklook.png
 progenax audit
@@ -12,7 +15,12 @@ progenax demo --output-dir demo_output
 ```
 
 Clusters are built in float64 (the command line turns on `jax_enable_x64`) and
-written in progenax's own schema (`progenax.io`). A bad argument prints one line
+written in progenax's own schema (`progenax.io`), each file with its recipe
+(`progenax.io.recipe`; `progenax info` prints the command that rebuilds it).
+Compiled XLA programs are kept in a persistent cache (`enable_compile_cache`:
+`~/.cache/progenax/xla`, or `$PROGENAX_COMPILE_CACHE`; `PROGENAX_COMPILE_CACHE=0`
+or `--no-compile-cache` switches it off), so a second build of the same shape
+skips compilation. A bad argument prints one line
 on stderr and exits with status 2; a failed write (disk full, `ulimit -f`) prints
 one line and exits with 1, leaving any old output file as it was (the writers are
 atomic); `audit` exits with 1 when a check fails.
@@ -33,20 +41,27 @@ import jax
 from . import audit
 from . import io as pio
 from ._version import __version__
-from .binaries import PAIRINGS, BinaryPopulation
-from .binaries.distributions import ECCENTRICITIES, MASS_RATIOS, PERIODS
-from .builders import model_builder, plummer_builder
+from .builders import plummer_builder
+from .builders.fractal import PROFILES
+from .io import recipe as recipes
+from .io._paths import atomic_write
 from .io.amuse import require_amuse
-from .models import REGISTRY
+from .models import REGISTRY, NoAnalyticFormError
 from .plotting import quicklook, relax_before_after
-from .sph.relax import relax
+from .sph.relax import model_density, profile_density, relax
+from .structure.tidal import MODES as TIDAL_MODES
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-IMFS = ("kroupa", "salpeter", "equal")
-UNITS = ("physical", "henon")
+IMFS = recipes.IMFS
+UNITS = recipes.UNITS
+FIT_MODEL_NAMES = ("plummer", "king")  # progenax.infer.FIT_MODELS (imported only by `fit`: start-up time)
+CACHE_ENV = "PROGENAX_COMPILE_CACHE"
+"""Environment variable: the compilation cache's directory, or 0/off/false/no to switch it off."""
+CACHE_MAX_BYTES = 1 << 30
+"""The compilation cache is kept below 1 GiB (least recently used entries go first)."""
 
 
 class UsageError(Exception):
@@ -89,6 +104,24 @@ def _seed(text: str) -> int:
     return value
 
 
+def _virial_ratio(text: str) -> float | str:
+    """An argparse type: a number, or "none" (kept as the string, the recipe's spelling of None)."""
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or none, got {text!r}") from None
+
+
+def _floats(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers ("1.3,2.3")."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
 def _png_path(text: str) -> Path:
     if Path(text).suffix.lower() != ".png":
         raise argparse.ArgumentTypeError(f"the figure is a PNG: the path must end in .png, got {text!r}")
@@ -106,8 +139,23 @@ def _formats() -> tuple[str, ...]:
     return pio.FORMATS
 
 
+_EXTENSION_FORMATS = {
+    ".h5": ("hdf5", "gadget", "swift", "amuse"),
+    ".hdf5": ("hdf5", "gadget", "swift", "amuse"),
+    ".npz": ("npz",),
+    ".csv": ("csv",),
+}
+
+
 def _checked_format(path: Path, fmt: str | None) -> str | None:
-    """Without --format the extension must name our own schema."""
+    """Without --format the extension must name our own schema; with it, the
+    extension must not name another format (`--format csv -o a.h5`)."""
+    allowed = _EXTENSION_FORMATS.get(path.suffix.lower())
+    if fmt is not None and allowed is not None and fmt not in allowed:
+        raise UsageError(
+            f"--format {fmt} contradicts the extension of {str(path)!r} ({' or '.join(allowed)}): "
+            f"change the extension or --format"
+        )
     if fmt is None:
         try:
             pio.file_format(path)
@@ -127,49 +175,52 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    b = sub.add_parser("build", help="build a cluster and write it to a file")
-    b.add_argument("model", choices=sorted(REGISTRY), help="density model")
-    b.add_argument("--n", type=_positive_int, default=10_000, help="number of stars (default 10000)")
+    b = _subcommand(sub, "build", "build a cluster and write it to a file (with its recipe)")
     b.add_argument(
-        "--alpha",
-        type=float,
-        default=None,
-        help="high-mass slope of the Kroupa IMF (default 2.3; not with --imf salpeter)",
+        "model", nargs="?", choices=recipes.MODELS, default=None, help="cluster model (or `model` in --config)"
     )
+    b.add_argument("--config", type=Path, default=None, help="TOML recipe with the flags' keys; flags override it")
+    b.add_argument("--n", type=_positive_int, default=None, help="number of stars (default 10000)")
+    b.add_argument("--seed", type=_seed, default=None, help="random seed (default 0)")
     b.add_argument(
         "--Q",
         dest="Q",
-        type=float,
+        type=_virial_ratio,
         default=None,
-        help="virial ratio T/|W| (default 0.5; king, limepy: the model's own equilibrium velocities)",
+        help="virial ratio T/|W| the velocities are scaled to exactly (default 0.5), or none: the "
+        "model's own equilibrium velocities (the default of king and limepy; what progenax fit's Q means)",
     )
-    b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     _add_model_flags(b)
+    _add_structure_flags(b)
+    _add_imf_flags(b)
+    _add_tidal_flags(b)
     _add_binary_flags(b)
-    b.add_argument("--imf", choices=IMFS, default="kroupa", help="initial mass function (default kroupa)")
-    b.add_argument("--units", choices=UNITS, default="physical", help="unit system of the file (default physical)")
+    b.add_argument("--units", choices=UNITS, default=None, help="unit system of the file (default physical)")
     b.add_argument(
         "-o",
         "--output",
         type=Path,
-        default=Path("cluster.h5"),
+        default=None,
         help="output file; without --format, .h5/.hdf5 or .npz (default cluster.h5)",
     )
     b.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
+    _add_cache_flag(b)
     b.set_defaults(func=_cmd_build)
 
-    i = sub.add_parser("info", help="summarise a cluster file")
+    i = _subcommand(sub, "info", "summarise a cluster file and print the command that rebuilds it")
     i.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
     i.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
+    _add_cache_flag(i)
     i.set_defaults(func=_cmd_info)
 
-    p = sub.add_parser("plot", help="quick-look figure of a cluster file")
+    p = _subcommand(sub, "plot", "quick-look figure of a cluster file")
     p.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
     p.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
     p.add_argument("-o", "--output", type=_png_path, default=None, help="PNG to write (default: next to the file)")
+    _add_cache_flag(p)
     p.set_defaults(func=_cmd_plot)
 
-    r = sub.add_parser("relax", help="relax a cluster towards its model density (SPH density loss)")
+    r = _subcommand(sub, "relax", "relax a cluster towards its model density (SPH density loss)")
     r.add_argument("path", type=Path, help="a cluster file built by progenax (.h5/.hdf5/.npz, or any with --format)")
     r.add_argument("-o", "--output", type=Path, required=True, help="file to write the relaxed cluster to")
     r.add_argument("--steps", type=_non_negative_int, default=200, help="relaxation steps (default 200)")
@@ -182,17 +233,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="PNG of the density error against radius before and after, and a projected slice",
     )
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    _add_cache_flag(r)
     r.set_defaults(func=_cmd_relax)
 
-    a = sub.add_parser("audit", help="run the gradient audit of every builder")
+    f = _subcommand(sub, "fit", "fit a Plummer or King model to a catalogue with NUTS (numpyro, ArviZ)")
+    f.add_argument("catalogue", type=Path, help="stars: our HDF5/npz, or CSV and the other formats with --format")
+    f.add_argument("--model", choices=FIT_MODEL_NAMES, required=True, help="the model to fit")
+    f.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
+    f.add_argument("--num-warmup", type=_positive_int, default=500, help="NUTS warm-up steps per chain (default 500)")
+    f.add_argument("--num-samples", type=_positive_int, default=500, help="posterior draws per chain (default 500)")
+    f.add_argument("--num-chains", type=_positive_int, default=2, help="chains, run vectorized (default 2)")
+    f.add_argument("--seed", type=_seed, default=0, help="random seed of the sampler (default 0)")
+    f.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="prefix of the files written: PREFIX_posterior.nc, PREFIX_summary.txt, PREFIX_corner.png "
+        "(default: the catalogue's path without its extension, plus _fit)",
+    )
+    f.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    _add_cache_flag(f)
+    f.set_defaults(func=_cmd_fit)
+
+    a = _subcommand(sub, "audit", "run the gradient audit of every builder")
+    _add_cache_flag(a)
     a.set_defaults(func=_cmd_audit)
 
-    d = sub.add_parser("demo", help="build a 10,000-star Plummer cluster, write it and a figure")
+    d = _subcommand(sub, "demo", "build a 10,000-star Plummer cluster, write it and a figure")
     d.add_argument("--output-dir", type=Path, default=Path("demo_output"), help="default demo_output")
     d.add_argument("--n", type=_positive_int, default=10_000, help="number of stars (default 10000)")
     d.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    _add_cache_flag(d)
     d.set_defaults(func=_cmd_demo)
     return parser
+
+
+EXAMPLES = {
+    "build": """examples:
+  progenax build plummer --n 10000 --r-h 1.0 --Q 0.5 --seed 1 -o cluster.h5
+  progenax build king --W0 6 --mass-bins 8 --imf chabrier -o king.h5
+  progenax build fractal --D 1.6 --profile box -o fractal.h5
+  progenax build plummer --imf power-law --imf-slopes 1.3,2.3 --imf-breaks 0.08,0.5,100 -o c.h5
+  progenax build eff --gamma 3 --host-mass 1e11 --R 8000 --tidal-mode hard -o c.h5
+  progenax build --config cluster.toml --seed 2 -o c.h5   (flags override the file)
+  progenax build plummer --format nbody6 -o fort.10""",
+    "info": "example:\n  progenax info cluster.h5\n  progenax info stars.csv --format csv",
+    "plot": "example:\n  progenax plot cluster.h5 -o quicklook.png",
+    "relax": "example:\n  progenax relax cluster.h5 -o relaxed.h5 --steps 200 --plot relax.png",
+    "audit": "example:\n  progenax audit",
+    "fit": """example:
+  progenax build plummer --n 2000 --format csv -o stars.csv
+  progenax fit stars.csv --format csv --model plummer --num-warmup 300 --num-samples 300
+  (writes stars_fit_posterior.nc, stars_fit_summary.txt and stars_fit_corner.png)""",
+    "demo": "example:\n  progenax demo --output-dir demo_output --n 10000",
+}
+
+
+def _subcommand(sub, name: str, text: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with its examples (`EXAMPLES`)."""
+    return sub.add_parser(
+        name,
+        help=text,
+        description=text,
+        epilog=EXAMPLES.get(name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
 
 
 def _version() -> str:
@@ -219,27 +326,77 @@ def _model_flags() -> dict[str, list]:
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model parameters (each flag says which models take it)")
     for name, owners in sorted(_model_flags().items()):
         each = []
         for cls, p in sorted(owners, key=lambda owner: owner[0].NAME):
             unit = f" {p.unit}" if p.unit else ""
             default = "" if p.default is None else f", default {p.default}"
             each.append(f"{cls.NAME}: {p.doc}, {p.support.describe()}{unit}{default}")
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
+        if name == "r_h":
+            each.append("fractal: 3D half-mass radius, > 0 pc, default 1.0")
+        group.add_argument(
+            recipes.flag(name),
             dest=name,
             type=int if owners[0][1].static else float,
             default=None,
             help="; ".join(each),
         )
+    group.add_argument(
+        "--D", dest="D", type=float, default=None, help="fractal: fractal dimension in [1.6, 3], default 1.6"
+    )
+    group.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="fractal: plummer (radii remapped onto a Plummer sphere, default) or box (the pure box fractal)",
+    )
 
 
-_BINARY_CHOICES = {
-    "binary_period": tuple(PERIODS),
-    "binary_eccentricity": tuple(ECCENTRICITIES),
-    "binary_mass_ratio": tuple(MASS_RATIOS),
-    "binary_pairing": PAIRINGS,
-}
+def _add_structure_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("mass segregation")
+    group.add_argument(
+        "--segregation", type=float, default=None, help="primordial mass segregation S in [0, 1) (default 0: none)"
+    )
+    group.add_argument(
+        "--segregation-temperature", type=float, default=None, help="width of the relaxed ranking, in (0, 8]"
+    )
+    group.add_argument(
+        "--mass-bins",
+        type=_positive_int,
+        default=None,
+        help="king, limepy: K mass bins (1-64) of the self-consistent multi-mass model",
+    )
+    group.add_argument(
+        "--delta", type=float, default=None, help="king, limepy with --mass-bins: velocity-scale index in [0, 2]"
+    )
+
+
+def _add_imf_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("initial mass function")
+    group.add_argument("--imf", choices=IMFS, default=None, help="initial mass function (default kroupa)")
+    group.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="high-mass slope: kroupa and equal (above 0.5 Msun), chabrier (above 1 Msun); default 2.3",
+    )
+    group.add_argument("--m-min", type=float, default=None, help="kroupa, salpeter, chabrier: lowest mass (Msun)")
+    group.add_argument("--m-max", type=float, default=None, help="kroupa, salpeter, chabrier: highest mass (Msun)")
+    group.add_argument("--m-c", type=float, default=None, help="chabrier: characteristic mass (default 0.079 Msun)")
+    group.add_argument("--sigma", type=float, default=None, help="chabrier: log-normal width (default 0.69 dex)")
+    group.add_argument("--imf-slopes", type=_floats, default=None, help="power-law: K slopes, e.g. 1.3,2.3")
+    group.add_argument("--imf-breaks", type=_floats, default=None, help="power-law: K + 1 masses, e.g. 0.08,0.5,100")
+
+
+def _add_tidal_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("tidal truncation (membership weights at the Jacobi radius, physical units)")
+    group.add_argument("--host-mass", type=float, default=None, help="point-mass host galaxy (Msun); needs --R")
+    group.add_argument("--V-c", dest="V_c", type=float, default=None, help="flat rotation curve (km/s); needs --R")
+    group.add_argument("--R", dest="R", type=float, default=None, help="galactocentric radius (pc)")
+    group.add_argument("--r-t-tidal", type=float, default=None, help="the tidal radius itself (pc)")
+    group.add_argument("--kappa", type=float, default=None, help="sharpness of the soft truncation (default 10)")
+    group.add_argument("--tidal-mode", choices=TIDAL_MODES, default=None, help="sigmoid (default) or hard")
 
 
 def _add_binary_flags(parser: argparse.ArgumentParser) -> None:
@@ -254,63 +411,42 @@ def _add_binary_flags(parser: argparse.ArgumentParser) -> None:
         "binary_mass_ratio": "mass-ratio distribution (default uniform; not with moe17)",
         "binary_pairing": "pairing of the two masses (default ratio; McLuster's: random, ordered, separate, split)",
     }
-    for name, choices in _BINARY_CHOICES.items():
-        group.add_argument("--" + name.replace("_", "-"), choices=choices, default=None, help=helps[name])
+    for name, choices in recipes.BINARY_CHOICES.items():
+        group.add_argument(recipes.flag(name), choices=choices, default=None, help=helps[name])
 
 
-def _binaries(args: argparse.Namespace) -> BinaryPopulation | None:
-    """The population the binary flags describe, or None without --binary-fraction."""
-    given = [name for name in _BINARY_CHOICES if getattr(args, name) is not None]
-    if args.binary_fraction is None:
-        if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} needs --binary-fraction (the binaries' share of systems)")
-        return None
-    if not 0.0 <= args.binary_fraction <= 1.0:
-        raise UsageError(f"--binary-fraction must be in [0, 1], got {args.binary_fraction}")
-    try:
-        return BinaryPopulation(
-            args.binary_fraction,
-            args.binary_period or "kroupa95",
-            args.binary_eccentricity,
-            args.binary_mass_ratio,
-            args.binary_pairing or "ratio",
-        )
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-
-
-def _build(args: argparse.Namespace):
-    """Build the cluster the `build` arguments describe."""
-
-    model = REGISTRY[args.model]
-    takes = {p.name for p in model.PARAMETERS}
-    for name, owners in sorted(_model_flags().items()):
-        if getattr(args, name) is not None and name not in takes:
-            models = ", ".join(sorted(c.NAME for c, _ in owners))
-            raise UsageError(f"--{name.replace('_', '-')} only applies to the {models} model(s), not {args.model}")
-    if args.imf == "salpeter" and args.alpha is not None:
-        raise UsageError("--alpha sets the Kroupa high-mass slope; --imf salpeter has its fixed slope 2.35")
-    parameters = {name: getattr(args, name) for name in takes if getattr(args, name) is not None}
-    return model_builder(
-        jax.random.PRNGKey(args.seed),
-        model,
-        n=args.n,
-        alpha=2.3 if args.alpha is None else args.alpha,
-        Q=model.DEFAULT_Q if args.Q is None else args.Q,
-        imf=args.imf,
-        units=args.units,
-        binaries=_binaries(args),
-        **parameters,
+def _add_cache_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-compile-cache",
+        dest="compile_cache",
+        action="store_false",
+        help=f"do not use the persistent XLA compilation cache (or set {CACHE_ENV}=0)",
     )
+
+
+def _recipe(args: argparse.Namespace) -> dict:
+    """The recipe of a `build`: the --config file's keys, overridden by the flags."""
+    recipe = recipes.load_toml(args.config) if args.config is not None else {}
+    for key in recipes.all_keys():
+        value = getattr(args, key, None)
+        if value is not None:
+            recipe[key] = value
+    if args.model is not None:
+        recipe["model"] = args.model
+    if "model" not in recipe:
+        raise UsageError(f"give the MODEL ({', '.join(recipes.MODELS)}), on the command line or in --config")
+    return recipe
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
 
-    path = args.output
-    fmt = _checked_format(path, args.format)
-    ic = _build(args)
+    recipe = _recipe(args)
+    path = Path(args.output or recipe.pop("output", "cluster.h5"))
+    recipe.pop("output", None)
+    fmt = _checked_format(path, recipe.get("format"))
+    ic, full = recipes.build_from_recipe(recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pio.write(ic, path, format=fmt)
+    pio.write(ic, path, format=fmt, recipe=full)
     print(f"{pio.summary_line(ic)} -> {path}")
     return EXIT_OK
 
@@ -320,6 +456,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
     ic = pio.read(args.path, format=args.format)
     print(f"{'file':<17} {args.path}")
     print(pio.format_summary(ic))
+    recipe, version = recipes.recipe_of(args.path, format=args.format)
+    if version is not None:
+        print(f"{'written by':<17} progenax {version}")
+    if recipe is not None:
+        print(f"{'rebuild with':<17} {recipes.recipe_command(recipe, args.path)}")
     return EXIT_OK
 
 
@@ -343,14 +484,59 @@ def _cmd_relax(args: argparse.Namespace) -> int:
         pio.check_finite_arrays(ic)  # NaN in would be NaN out, after the whole relaxation
     except ValueError as err:
         raise UsageError(f"{args.path}: {err}; nothing to relax") from None
-    relaxed = relax(ic, steps=args.steps, eta=args.eta, progress=args.progress)
+    target = _relax_target(ic)
+    relaxed = relax(ic, target=target, keep_radii=True, steps=args.steps, eta=args.eta, progress=args.progress)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     pio.write(relaxed, args.output, format=out_format)
     print(f"{pio.summary_line(relaxed)} -> {args.output}")
     if args.plot is not None:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
-        relax_before_after(ic, relaxed, args.plot, eta=args.eta)
+        relax_before_after(ic, relaxed, args.plot, eta=args.eta, target=target)
         print(f"wrote {args.plot}")
+    return EXIT_OK
+
+
+def _relax_target(ic):
+    """None (the model's own density) where the file names a model with one;
+    otherwise (a Gadget or NBODY6 file, a fractal) the cluster's own smoothed
+    radial profile (`sph.targets.profile_density`), said in one line."""
+    try:
+        model_density(ic.to_physical())
+        return None
+    except NoAnalyticFormError:
+        print(f"{ic.model.name}: no model density in the file; relaxing towards the cluster's own radial profile")
+        return profile_density(ic.to_physical())
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+
+    ic = pio.read(args.catalogue, format=args.format)
+    # numpyro and ArviZ load only for `fit`: every other command starts faster without them.
+    from . import infer
+
+    prefix = args.output or args.catalogue.with_name(args.catalogue.stem + "_fit")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    idata = infer.fit_catalogue(
+        ic,
+        args.model,
+        num_warmup=args.num_warmup,
+        num_samples=args.num_samples,
+        num_chains=args.num_chains,
+        seed=args.seed,
+        progress=args.progress,
+    )
+    names = list(infer.fit.FIT_PARAMETERS[args.model])
+    table = infer.posterior_summary(idata, names).to_string()
+    divergences = int(idata.sample_stats["diverging"].sum()) if "diverging" in idata.sample_stats else 0
+    summary = Path(f"{prefix}_summary.txt")
+    with atomic_write(summary) as (temp,):
+        temp.write_text(f"{args.model} fit of {args.catalogue} ({ic.n} stars), {divergences} divergences\n{table}\n")
+    print(table)
+    print(f"divergences: {divergences}")
+    print(f"wrote {infer.write_posterior(idata, Path(f'{prefix}_posterior.nc'))}")
+    print(f"wrote {summary}")
+    title = f"{args.model} fit of {args.catalogue.name}"
+    print(f"wrote {infer.pair_plot(idata, names, Path(f'{prefix}_corner.png'), title=title)}")
     return EXIT_OK
 
 
@@ -397,6 +583,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _enable_float64()
     prog = f"progenax {args.command}"
     try:
+        if getattr(args, "compile_cache", True):
+            enable_compile_cache()
         return args.func(args)
     except (UsageError, ValueError, ImportError, FileNotFoundError, IsADirectoryError, PermissionError) as err:
         return _report(prog, err)
@@ -409,6 +597,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         # A disk full, `ulimit -f`, an I/O error: the atomic writers left the old file.
         return _report(prog, err, EXIT_FAILED)
+
+
+def compile_cache_dir() -> Path | None:
+    """Where the command line keeps compiled XLA programs, or None when switched off.
+
+    `$PROGENAX_COMPILE_CACHE` names the directory, or switches the cache off
+    with 0, off, false or no; by default `$XDG_CACHE_HOME/progenax/xla`
+    (`~/.cache/progenax/xla`).
+    """
+    value = os.environ.get(CACHE_ENV)
+    if value is not None and value.strip().lower() in ("", "0", "off", "false", "no"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "progenax" / "xla"
+
+
+def enable_compile_cache(path: str | os.PathLike | None = None) -> Path | None:
+    """Turn on JAX's persistent compilation cache in `path` (default
+    `compile_cache_dir()`); returns the directory, or None when switched off.
+
+    JAX keys each entry by the program, its shapes, the jax/jaxlib version and
+    the device, so a stale entry is never used: a second `progenax build` of
+    the same shape loads its programs instead of compiling them. A program
+    that holds a host callback (an `equinox.error_if` check inside it) has the
+    callback's address in its key and compiles again in every process: the
+    builders keep their checks out of their compiled cores
+    (`progenax.validation.deferred_checks`). The cache is kept below `CACHE_MAX_BYTES`. Every program
+    that took at least 0.2 s to compile is kept (JAX's default is 1 s; the
+    builders' many smaller programs add up). The library itself does not turn
+    the cache on: writing to a user's home directory and changing JAX's global
+    configuration at `import progenax` would surprise a program that embeds
+    it; such a program calls this function, or sets `jax_compilation_cache_dir`.
+    """
+    directory = Path(path).expanduser() if path is not None else compile_cache_dir()
+    if directory is None:
+        return None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # a read-only home: build without the cache rather than fail
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    # JAX evicts the least recently used entries above this size: a program with
+    # a host callback (a traced check outside the builders) has the callback's
+    # address in its key, so it misses in every new process and would pile up.
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+    return directory
 
 
 def _report(prog: str, err: BaseException, status: int = EXIT_USAGE) -> int:

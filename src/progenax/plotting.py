@@ -233,19 +233,22 @@ def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
     return path
 
 
-def relax_before_after(before, after, path: str | os.PathLike, *, eta: float = 1.2, dpi: int = 110) -> Path:
+def relax_before_after(
+    before, after, path: str | os.PathLike, *, eta: float = 1.2, dpi: int = 110, target=None
+) -> Path:
     r"""Write a PNG comparing a cluster before and after `progenax.relax`.
 
     Left: the relative deviation of the SPH density from the model density,
     $\rho_\mathrm{SPH}/\rho_\mathrm{model} - 1$, rms in log radial bins,
-    before and after. Middle and right: a projected slice ($|z| < r_h / 4$)
-    of the positions before and after. Both clusters in physical units.
+    before and after (`target`: the density relaxed towards, default the
+    model's). Middle and right: a projected slice ($|z| < r_h / 4$) of the
+    positions before and after. Both clusters in physical units.
     """
     from matplotlib.figure import Figure  # matplotlib only when a figure is drawn (start-up time)
 
     path = Path(path)
     before, after = before.to_physical(), after.to_physical()
-    target = model_density(before)
+    target = model_density(before) if target is None else target
     fig = Figure(figsize=(15.5, 4.8), layout="constrained")
     ax_err, ax_b, ax_a = fig.subplots(1, 3)
     r_h = _half_mass_radius(np.linalg.norm(np.asarray(before.state.positions), axis=1), np.asarray(before.state.masses))

@@ -38,11 +38,15 @@ def safe_divide(num: Array, den: Array) -> Array:
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
-def safe_norm(x: Array, axis: int = -1) -> Array:
-    """|x| along `axis`, 0 (with a zero gradient, never NaN) where x = 0 (double where)."""
-    r2 = jnp.sum(x * x, axis=axis)
+def safe_sqrt(r2: Array) -> Array:
+    """sqrt(r2) for r2 >= 0, 0 (with a zero gradient, never NaN) where r2 = 0 (double where)."""
     pos = r2 > 0
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, r2, 1.0)), 0.0)
+
+
+def safe_norm(x: Array, axis: int = -1) -> Array:
+    """|x| along `axis`, 0 (with a zero gradient, never NaN) where x = 0 (double where)."""
+    return safe_sqrt(jnp.sum(x * x, axis=axis))
 
 
 def solve_increasing(

@@ -14,12 +14,40 @@ and the primal value.
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import logging
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._types import Array, ArrayLike
+
+
+class _TracedCheckFilter(logging.Filter):
+    """Drop JAX's "jax.pure_callback failed" log record when the failure is a
+    traced check of ours (`equinox.error_if`) raising: the same error is raised
+    to the caller with its message, so the record only repeats it as about 15
+    lines on stderr, even when the caller catches the error. Any other failing
+    callback is still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (error is not None and type(error).__name__ == "_EquinoxRuntimeError")
+
+
+_CALLBACK_LOGGER = logging.getLogger("jax._src.callback")
+if not any(isinstance(f, _TracedCheckFilter) for f in _CALLBACK_LOGGER.filters):
+    _CALLBACK_LOGGER.addFilter(_TracedCheckFilter())
+
+
+def check_scalar(name: str, value: ArrayLike) -> None:
+    """Refuse a parameter that is not a scalar (`ValueError` naming it and its shape)."""
+    shape = jnp.shape(value)
+    if shape != ():
+        raise ValueError(f"{name} must be a scalar, got an array of shape {shape}")
 
 
 def check_count(name: str, value: int, lowest: int = 1, why: str = "") -> int:
@@ -42,11 +70,17 @@ def _is_concrete(x: Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _primal(x):
+    """The primal of a differentiation tracer (eager `grad`, `jacfwd`); x otherwise."""
+    while isinstance(x, jax.core.Tracer) and hasattr(x, "primal"):
+        x = x.primal
+    return x
+
+
 def _shown(x: Array) -> str:
     """The value for a message: a differentiation tracer (eager `grad`, `jacfwd`)
     shows its primal; any other tracer cannot be shown (never `np.asarray` it)."""
-    while isinstance(x, jax.core.Tracer) and hasattr(x, "primal"):
-        x = x.primal
+    x = _primal(x)
     return str(np.asarray(x)) if _is_concrete(x) else "a traced value"
 
 
@@ -92,7 +126,7 @@ def check_range(
         if bool(jnp.any(bad)):
             raise ValueError(f"{message}, got {_shown(x)}{note}")
         return x
-    return eqx.error_if(x, jnp.any(bad), message + note)
+    return error_if(x, jnp.any(bad), message + note)
 
 
 def _range_violation(
@@ -155,3 +189,67 @@ class ParameterChecks:
             return output
         preds = jnp.stack(self._preds)
         return eqx.branched_error_if(output, jnp.any(preds), jnp.argmax(preds), self._messages)
+
+
+# -- traced checks inside a builder's compiled core ---------------------------------
+# A check compiled into a program (`equinox.error_if`) is a host callback, whose
+# address is part of the program: JAX's persistent compilation cache then never
+# matches it in a new process, and each check adds to the compile. A builder's
+# jitted core therefore collects its traced checks as outputs instead
+# (`deferred_checks`); its caller raises a `ValueError` from them at once when they
+# are concrete, and compiles them into the caller's own program (`error_if`) when
+# the builder itself runs under the caller's jit.
+_COLLECTED: contextvars.ContextVar[list | None] = contextvars.ContextVar("progenax_collected_checks", default=None)
+
+
+def error_if(x, pred: ArrayLike, message: str):
+    """`equinox.error_if(x, pred, message)`, or, inside a `deferred_checks` core,
+    the check recorded for its caller (and `x` returned unchanged)."""
+    collected = _COLLECTED.get()
+    if collected is None:
+        return eqx.error_if(x, pred, message)
+    collected.append((jnp.any(jnp.asarray(pred)), message))
+    return x
+
+
+def raise_collected(output, preds: Array, messages: tuple[str, ...]):
+    """Raise the first failed check (concrete), or tie them to `output` (traced)."""
+    if not messages:
+        return output
+    concrete = _primal(preds)
+    if _is_concrete(concrete):
+        failed = np.flatnonzero(np.asarray(concrete))
+        if failed.size:
+            raise ValueError(messages[failed[0]])
+        return output
+    outer = _COLLECTED.get()
+    if outer is not None:  # a core called inside another's trace: its caller raises them
+        outer.extend((preds[i], message) for i, message in enumerate(messages))
+        return output
+    return eqx.branched_error_if(output, jnp.any(preds), jnp.argmax(preds), list(messages))
+
+
+def deferred_checks(fn):
+    """`equinox.filter_jit(fn)` whose traced checks (`error_if`, `check_range`) are
+    returned rather than compiled in, then raised by `raise_collected`."""
+
+    def core(*args, **kwargs):
+        token = _COLLECTED.set([])
+        try:
+            out = fn(*args, **kwargs)
+            collected = _COLLECTED.get()
+        finally:
+            _COLLECTED.reset(token)
+        preds = jnp.stack([p for p, _ in collected]) if collected else jnp.zeros((0,), bool)
+        # The messages are static: equinox returns them from the trace as they are.
+        return out, preds, tuple(m for _, m in collected)
+
+    core.__name__ = core.__qualname__ = fn.__name__  # the compiled program's name
+    core = eqx.filter_jit(core)
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        out, preds, messages = core(*args, **kwargs)
+        return raise_collected(out, preds, messages)
+
+    return checked

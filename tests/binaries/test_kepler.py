@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from progenax.binaries import solve_kepler, true_anomaly
+from progenax.binaries.kepler import solve_kepler_sin_cos
 
 mpmath = pytest.importorskip("mpmath")
 
@@ -104,3 +105,19 @@ def test_float32_finite():
         assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
         # Float32 residual: a few ulp of 2 pi.
         assert float(jnp.max(jnp.abs(E - e * jnp.sin(E) - M[:, None]))) < 2e-6
+
+
+def test_sin_cos_of_the_root_and_stored_copy(solved):
+    """solve_kepler_sin_cos: E as solve_kepler, sin E and cos E to a few eps of
+    the sines of that E (the addition formulas from the last Newton step), and
+    the stored variant bit for bit the same."""
+    M, e, E, _ = solved
+    plain = jax.jit(lambda M, e: solve_kepler_sin_cos(M, e))(M, e)
+    stored = jax.jit(lambda M, e: solve_kepler_sin_cos(M, e, store=True))(M, e)
+    assert np.array_equal(np.asarray(plain[0]), E)
+    for a, b in zip(plain, stored):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    # |d sin| <= |dE| + rounding: E is within a few ulp of |E| <= 2 pi of its root.
+    tol = 8 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(E))
+    assert np.all(np.abs(np.asarray(plain[1]) - np.sin(E)) <= tol)
+    assert np.all(np.abs(np.asarray(plain[2]) - np.cos(E)) <= tol)

@@ -28,6 +28,7 @@ from hypothesis import strategies as st  # noqa: E402
 import progenax as px  # noqa: E402
 from progenax.gravoturb import cloud_builder, star_builder  # noqa: E402
 from progenax.models import REGISTRY, Interval  # noqa: E402
+from progenax.profiles.eff import untruncated_gamma_floor  # noqa: E402
 from progenax.profiles.king import G_MAX, W0_MAX, W0_MIN  # noqa: E402
 from progenax.structure.fractal import D_MAX, D_MIN  # noqa: E402
 
@@ -35,7 +36,7 @@ N = 64
 COMMON = {
     "r_h": Interval(0.0),
     "alpha": Interval(0.0, 10.0),
-    "Q": Interval(0.0),
+    "Q": Interval(0.0, lower_inclusive=True),  # Q = 0: a cold start
     "segregation": Interval(0.0, 1.0, lower_inclusive=True),
     "segregation_temperature": Interval(0.0, 8.0, upper_inclusive=True),
 }
@@ -50,7 +51,8 @@ def dehnen_builder(key, **kw):
 # builder, static keywords, {argument: support}
 BUILDERS = {
     "plummer": (px.plummer_builder, {}, dict(COMMON)),
-    "eff": (px.eff_builder, {}, {**COMMON, "gamma": Interval(2.0)}),  # untruncated: gamma > 2
+    # untruncated: gamma above the float64 floor of a representable halo (2.153)
+    "eff": (px.eff_builder, {}, {**COMMON, "gamma": Interval(untruncated_gamma_floor(jnp.float64))}),
     "king": (px.king_builder, LOWERED, {**COMMON, "W0": W0}),
     "limepy": (
         px.limepy_builder,

@@ -50,6 +50,23 @@ def test_unknown_method():
         potential_energy(jnp.zeros((2, 3)), jnp.ones(2), method="tree")
 
 
+def test_scaling_to_q_zero_is_a_cold_start():
+    # Issue 25 item 14: Q = 0 gives zero velocities, and its gradient in Q is
+    # finite (0 by the double-where; the one-sided derivative of sqrt(Q) is inf).
+    from progenax.diagnostics import scale_to_virial_ratio
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (50, 3))
+    v = jax.random.normal(jax.random.PRNGKey(1), (50, 3))
+    v = v - jnp.mean(v, axis=0)  # the centre-of-mass frame the scaling assumes
+    m = jnp.ones(50)
+    scale = jax.jit(lambda q: scale_to_virial_ratio(x, v, m, q, G=1.0, method="exact"))
+    assert float(jnp.max(jnp.abs(scale(0.0)))) == 0.0
+    g = jax.grad(lambda q: jnp.sum(scale(q) ** 2))(0.0)
+    assert np.isfinite(float(g))
+    q = kinetic_energy(scale(0.3), m) / abs(_brute_potential(x, m))
+    np.testing.assert_allclose(q, 0.3, rtol=1e-12)
+
+
 def test_kinetic_and_virial():
     v = jnp.array([[1.0, 0, 0], [-1.0, 0, 0]])
     m = jnp.array([2.0, 2.0])
@@ -92,6 +109,23 @@ def test_mesh_matches_exact_small(model, small_fractal):
     assert abs(float(mesh / exact) - 1) < MESH_RTOL
 
 
+def test_auto_uses_the_mesh_above_the_exact_limit(small_fractal, monkeypatch):
+    # Issue 25 item 8: above EXACT_MAX_N "auto" took the spherical estimate,
+    # wrong for clumpy clusters (fractal n = 30,000: Q 0.61 against 0.4999
+    # exact). Lowering the limit below this n exercises the same branch at a
+    # size whose mesh program the tests above already compiled.
+    from progenax.diagnostics import energy
+
+    x, m = small_fractal
+    monkeypatch.setattr(energy, "EXACT_MAX_N", x.shape[0] - 1)
+    auto = float(potential_energy(x, m, method="auto"))
+    assert auto == float(potential_energy(x, m, method="mesh"))
+    exact = float(potential_energy(x, m, method="exact"))
+    assert abs(auto / exact - 1) < MESH_RTOL
+    # What "auto" returned before: off by far more than the mesh's tolerance.
+    assert abs(float(potential_energy(x, m, method="spherical")) / exact - 1) > 10 * MESH_RTOL
+
+
 def test_mesh_gradient(small_fractal):
     x, m = small_fractal
 
@@ -99,7 +133,7 @@ def test_mesh_gradient(small_fractal):
         return potential_energy(x, m, G=1.0, method="mesh")
 
     w, (gx, gm) = jax.value_and_grad(mesh, argnums=(0, 1))(x, m)
-    # 1. The hand-written VJP of the pair sum and autodiff of the meshes
+    # 1. The neighbour engine's reverse pass for the pairs and autodiff of the meshes
     # against central differences of the estimate itself: step 1e-6 (in pc,
     # 1e-5 of the smallest mesh spacing) keeps every star on its level, so the
     # estimate is smooth over the step; truncation ~h^2 and rounding

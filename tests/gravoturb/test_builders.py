@@ -62,7 +62,9 @@ def test_cloud_particles(cloud):
     assert float(jnp.sum(s.masses)) == pytest.approx(1000.0, rel=1e-12)
     r = np.linalg.norm(np.asarray(s.positions), axis=-1)
     cell = float(gas.field.cell_size)
-    assert r.max() <= 1.0 + np.sqrt(3.0) * cell / 2  # cells whose centre is inside the unit sphere
+    # The density interpolates between the centres inside the unit sphere and the zero
+    # centres beside them: a particle lies within one cell diagonal of an inside centre.
+    assert r.max() <= 1.0 + np.sqrt(3.0) * cell
     np.testing.assert_allclose(np.asarray(gas.internal_energy), 0.2**2 / (5.0 / 3.0 - 1.0), rtol=1e-12)
     h = np.asarray(gas.smoothing_length)
     assert np.all(np.isfinite(h)) and np.all(h > 0)
@@ -70,13 +72,15 @@ def test_cloud_particles(cloud):
 
 
 def test_cloud_particles_follow_cell_masses(cloud):
-    """Stratified uniforms: the count in the first j cells (raster order) is within 1 of n C_j."""
+    """Stratified in x: the count left of the face m is within 1 of n F_x(m), where the
+    smoothstep-interpolated cell masses give F_x(m) = sum_{i<m} W_i - (5/64)(W_{m-1} - W_m)
+    (W_i: the gas mass of the x-slab i; 5/64 of a centre's weight lies beyond the face)."""
     (_, gas), _ = cloud
-    w = np.asarray(gas.field.cell_mass_weights()).ravel()
-    expected = N * np.cumsum(w) / w.sum()
-    counts = np.bincount(np.asarray(gas.field.cell_index(gas.state.positions)), minlength=w.size)
-    assert np.max(np.abs(np.cumsum(counts) - expected)) <= 1.0 + 1e-9
-    assert np.all(counts[w == 0] == 0)
+    w = np.asarray(gas.field.cell_mass_weights()).sum(axis=(1, 2))
+    t_x = (np.asarray(gas.state.positions)[:, 0] + 0.5 * float(gas.field.box_size)) / float(gas.field.cell_size)
+    for m in range(1, GRID):
+        expected = N * (w[:m].sum() - 5 / 64 * (w[m - 1] - w[m])) / w.sum()
+        assert abs(np.sum(t_x < m) - expected) <= 1.0 + 1e-9
 
 
 def test_dense_gas_fraction_gradient_matches_central_differences(cloud):
@@ -88,10 +92,24 @@ def test_dense_gas_fraction_gradient_matches_central_differences(cloud):
 
 
 # -- stars ----------------------------------------------------------------------------
+def _corner_log_densities(ic, field):
+    """(n, 8) s at the 8 cell centres around each star: the centres its placement
+    density interpolates between (clamped at the faces of the box)."""
+    g = field.grid
+    t = (np.asarray(ic.state.positions) + 0.5 * float(field.box_size)) / float(field.cell_size)
+    c = np.clip(t - 0.5, 0.0, g - 1.0)
+    i0 = np.minimum(np.floor(c).astype(int), g - 2)
+    s = np.asarray(field.log_density)
+    corners = [s[i0[:, 0] + a, i0[:, 1] + b, i0[:, 2] + d] for a in (0, 1) for b in (0, 1) for d in (0, 1)]
+    return np.stack(corners, axis=-1)
+
+
 def _fraction_far_below_threshold(ic, field, kappa=10.0):
-    """Observed and model fractions of stars in cells with s < s_t - 5 / kappa."""
-    s_cell = np.asarray(field.log_density).ravel()[np.asarray(field.cell_index(ic.state.positions))]
-    low = s_cell < float(field.threshold) - 5.0 / kappa
+    """Observed fraction of stars whose 8 surrounding centres all have s < s_t - 5 / kappa,
+    and the model's weight in cells below that level. There the placement density
+    is a mix of those cells' weights, and each cell's interpolated weight
+    integrates to its own, so the model fraction bounds the expected observed one."""
+    low = np.all(_corner_log_densities(ic, field) < float(field.threshold) - 5.0 / kappa, axis=-1)
     w = np.asarray(star_formation_weights(field, kappa, False)).ravel()
     s_all = np.asarray(field.log_density).ravel()
     model_low = w[s_all < float(field.threshold) - 5.0 / kappa].sum() / w.sum()
@@ -114,8 +132,8 @@ def test_star_threshold_hard_mode_places_no_star_below(cloud):
     (_, gas), _ = cloud
     ic = star_builder(KEY, n=N, grid=GRID, mach=M0, pdf_slope=ALPHA0, threshold_mode="hard")
     assert ic.n == N
-    s_cell = np.asarray(gas.field.log_density).ravel()[np.asarray(gas.field.cell_index(ic.state.positions))]
-    assert np.all(s_cell > float(gas.field.threshold))
+    # The density is 0 where all 8 surrounding centres are below s_t: no star there.
+    assert np.all(np.any(_corner_log_densities(ic, gas.field) > float(gas.field.threshold), axis=-1))
 
 
 def test_star_half_mass_radius_gradient_matches_central_differences(stars):

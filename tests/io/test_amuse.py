@@ -136,7 +136,7 @@ def test_nbody_file_without_scales_is_refused(fake_amuse, tmp_path):
 
 def test_cli_build(fake_amuse, tmp_path, capsys, monkeypatch):
     # Building a real cluster is tested in tests/test_cli.py; here a hand-made one keeps this fast.
-    monkeypatch.setattr(cli, "_build", lambda args: _ic(n=args.n))
+    monkeypatch.setattr(cli.recipes, "build_from_recipe", lambda recipe: (_ic(n=recipe["n"]), dict(recipe)))
     monkeypatch.setattr(pio, "summary_line", lambda ic: f"{ic.model.name} n={ic.n}")
     path = tmp_path / "c.amuse"
     assert cli.main(["build", "plummer", "--n", "64", "--format", "amuse", "-o", str(path)]) == 0
@@ -159,10 +159,10 @@ def test_missing_amuse_says_how_to_install(no_amuse, tmp_path, capsys, monkeypat
         with pytest.raises(ImportError, match="pip install amuse-framework"):
             call()
 
-    def must_not_build(args):
+    def must_not_build(recipe):
         raise AssertionError("the cluster was built before AMUSE was checked")
 
-    monkeypatch.setattr(cli, "_build", must_not_build)
+    monkeypatch.setattr(cli.recipes, "build_from_recipe", must_not_build)
     path = tmp_path / "c.amuse"
     assert cli.main(["build", "plummer", "--n", "64", "--format", "amuse", "-o", str(path)]) == 2
     assert "pip install amuse-framework" in capsys.readouterr().err

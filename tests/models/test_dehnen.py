@@ -238,6 +238,7 @@ def test_command_line_offers_the_model_and_its_flags(tmp_path, capsys, monkeypat
     # The model's file declares gamma and r_h; `progenax build` offers them
     # with no edit of its own (a spy stands in for the compiled builder).
     from progenax import cli
+    from progenax.io import recipe
 
     calls = []
 
@@ -245,7 +246,7 @@ def test_command_line_offers_the_model_and_its_flags(tmp_path, capsys, monkeypat
         calls.append((model.NAME, kwargs))
         return progenax.plummer_builder(key, n=kwargs["n"])
 
-    monkeypatch.setattr(cli, "model_builder", spy)
+    monkeypatch.setattr(recipe, "model_builder", spy)  # the recipe calls the builder
     args = ["build", "dehnen", "--n", "40", "--gamma", "1.5", "--r-h", "2.0", "-o", str(tmp_path / "d.npz")]
     assert cli.main(args) == 0
     expected = dict(n=40, gamma=1.5, r_h=2.0, alpha=2.3, Q=0.5, imf="kroupa", units="physical", binaries=None)

@@ -103,8 +103,8 @@ BAD = [
     ({"n": 10.5}, "n"),
     ({"r_h": 0.0}, "r_h"),
     ({"r_h": -1.0}, "r_h"),
-    ({"Q": 0.0}, "Q"),
     ({"Q": -0.5}, "Q"),
+    ({"Q": float("inf")}, "Q"),
     ({"r_h": float("nan")}, "r_h"),
     ({"alpha": float("nan")}, "alpha"),
     ({"Q": float("nan")}, "Q"),
@@ -123,7 +123,7 @@ _build_under_jit = jax.jit(lambda r_h, alpha, Q: plummer_builder(0, n=100, r_h=r
 _GOOD = {"r_h": 1.0, "alpha": 2.3, "Q": 0.5}
 
 
-@pytest.mark.parametrize("name,value", [("r_h", -1.0), ("Q", 0.0), ("r_h", float("nan")), ("alpha", float("nan"))])
+@pytest.mark.parametrize("name,value", [("r_h", -1.0), ("Q", -0.5), ("r_h", float("nan")), ("alpha", float("nan"))])
 def test_bad_input_under_jit(name, value):
     with pytest.raises(Exception, match=name):
         _build_under_jit(**{**_GOOD, name: value})

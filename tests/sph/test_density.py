@@ -199,8 +199,42 @@ def test_bad_input_is_reported():
         density(x, 1.0, 0.5, kernel="quartic")
     with pytest.raises(ValueError, match="box must be"):
         density(x, 1.0, 0.5, box=jnp.ones(2))
-    with pytest.raises(ValueError, match="h must be positive"):
+    with pytest.raises(ValueError, match="h must be > 0.0 and finite"):
         density(x, 1.0, -0.5)
+    with pytest.raises(ValueError, match="at least one particle"):
+        density(jnp.zeros((0, 3)), 1.0, 0.5)
+
+
+# Issue 25 item 5: under jit h = -1 gave densities 100x too large and h = 0 or
+# NaN zeros; box = 0 NaN, box = -10 or NaN garbage; one NaN position made
+# every density NaN. Eagerly a ValueError naming the argument, under jit the
+# same message through equinox.error_if.
+BAD_INPUTS = [
+    ("h", -1.0, None, None),
+    ("h", 0.0, None, None),
+    ("h", float("nan"), None, None),
+    ("box", 0.5, 0.0, None),
+    ("box", 0.5, -10.0, None),
+    ("box", 0.5, float("nan"), None),
+    ("positions", 0.5, 4.0, 3),
+]
+
+
+@pytest.fixture(scope="module")
+def jitted_density():
+    return jax.jit(lambda x, h, box: density(x, 1.0, h, box=box))
+
+
+@pytest.mark.parametrize("name,h,box,nan_row", BAD_INPUTS)
+def test_bad_values_are_refused_eagerly_and_under_jit(jitted_density, name, h, box, nan_row):
+    x = jax.random.uniform(KEY, (N2, 2)) * 4.0
+    if nan_row is not None:
+        x = x.at[nan_row, 0].set(jnp.nan)
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        density(x, 1.0, h, box=box)
+    # One compile for every case: box is always traced (4.0 is a valid box).
+    with pytest.raises(Exception, match=f"{name} must be"):
+        jax.block_until_ready(jitted_density(x, h, 4.0 if box is None else box))
 
 
 def test_constant_h_closed_over_under_jit():

@@ -1,10 +1,13 @@
-"""Banded pair sums (sph.pairs): exact against brute force, gradients included."""
+"""Banded pair sums (sph.pairs on the neighbour engine, scatter form): exact
+against brute force, gradients included."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from progenax.neighbours import minimum_image
+from progenax.sampling import safe_norm
 from progenax.sph.kernels import get_kernel
 from progenax.sph.pairs import build_bands, pair_sum, safe_distance
 from progenax.sph.relax import _density_pair, _loss_gradient_features, _loss_gradient_pair
@@ -15,10 +18,8 @@ CUBIC = get_kernel("cubic")
 def _brute_density(x, m, h, box=None):
     dx = x[:, None, :] - x[None, :, :]
     if box is not None:
-        dx = dx - box * jnp.round(dx / box)
-    r2 = jnp.sum(dx * dx, -1)
-    r = jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
-    return jnp.sum(m[None, :] * CUBIC.value(r, h[:, None], x.shape[1]), axis=1)
+        dx = minimum_image(dx, box)
+    return jnp.sum(m[None, :] * CUBIC.value(safe_norm(dx), h[:, None], x.shape[1]), axis=1)
 
 
 def _clustered(n, dim, seed=1):
@@ -61,8 +62,7 @@ def _brute_gather_direction(x, m, h, e):
     """Σ_j [e_i m_j F(r, h_i) + e_j m_i F(r, h_j)] (x_i - x_j) over r < 2 h_i."""
     dim = x.shape[1]
     dx = x[:, None, :] - x[None, :, :]
-    r2 = jnp.sum(dx * dx, -1)
-    r = jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
+    r = safe_norm(dx)
     coef = e[:, None] * m[None, :] * CUBIC.gradient_factor(r, h[:, None], dim) + e[None, :] * m[
         :, None
     ] * CUBIC.gradient_factor(r, h[None, :], dim)
@@ -77,8 +77,7 @@ def _pair_magnitudes(x, m, h, cotangent):
     sets the scale of the comparison."""
     dim = x.shape[1]
     dx = x[:, None, :] - x[None, :, :]
-    r2 = jnp.sum(dx * dx, -1)
-    r = jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
+    r = safe_norm(dx)
     f_i = jnp.abs(CUBIC.gradient_factor(r, h[:, None], dim))  # F(r_ij, h_i)
     g = jnp.abs(cotangent)
     coef = g[:, None] * m[None, :] * f_i + g[None, :] * m[:, None] * f_i.T

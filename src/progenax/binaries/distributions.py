@@ -91,9 +91,12 @@ class AbstractDistribution(eqx.Module):
     def truncated_icdf(self, u: ArrayLike, lo: ArrayLike, hi: ArrayLike) -> Array:
         r"""Inverse CDF of the distribution cut to $[lo, hi]$ (clipped to the support)."""
         lo = jnp.clip(jnp.asarray(lo), self.lower, self.upper)
-        hi = jnp.clip(jnp.asarray(hi), lo, self.upper)
-        f_lo, f_hi = self._cdf(lo), self._cdf(hi)
-        return jnp.clip(self._icdf(f_lo + jnp.asarray(u) * (f_hi - f_lo)), lo, hi)
+        # hi is clipped to the support, not to lo, so a scalar hi (the support's
+        # end, say) keeps a scalar CDF; max(F(hi), F(lo)) = F(max(hi, lo)).
+        hi = jnp.clip(jnp.asarray(hi), self.lower, self.upper)
+        f_lo = self._cdf(lo)
+        f_hi = jnp.maximum(self._cdf(hi), f_lo)
+        return jnp.clip(self._icdf(f_lo + jnp.asarray(u) * (f_hi - f_lo)), lo, jnp.maximum(hi, lo))
 
 
 # -- periods (log10 P / day) ----------------------------------------------------

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._fusion import materialize
 from .._types import Array, ArrayLike
 
 # 2 pi = _TWO_PI_HI + _TWO_PI_LO (+ ~1e-32): the high part keeps 30 significant
@@ -55,7 +56,7 @@ _TWO_PI_LO2 = 2.4492935982947064e-16  # true 2 pi minus the double 2 pi
 _SERIES_DENOMINATORS = tuple((2 * k) * (2 * k + 1) for k in range(2, 11))
 
 
-def _e_minus_sin(E: Array) -> Array:
+def _e_minus_sin(E: Array, sin_E: Array) -> Array:
     """E - sin E, to a relative rounding error for every E (a series below |E| = 1)."""
     small = jnp.abs(E) < 1.0
     Es = jnp.where(small, E, 0.0)
@@ -64,18 +65,37 @@ def _e_minus_sin(E: Array) -> Array:
     for den in reversed(_SERIES_DENOMINATORS):
         acc = 1.0 - x2 / den * acc
     series = Es * x2 / 6.0 * acc
-    return jnp.where(small, series, E - jnp.sin(E))
+    return jnp.where(small, series, E - sin_E)
+
+
+def _slope_from_half(half: Array, e: Array) -> Array:
+    """1 - e cos E written as (1 - e) + 2 e sin^2(E/2) (`half` = sin(E/2)): no cancellation at E -> 0, e -> 1."""
+    return (1.0 - e) + 2.0 * e * half * half
 
 
 def _slope(E: Array, e: Array) -> Array:
-    """1 - e cos E written as (1 - e) + 2 e sin^2(E/2): no cancellation at E -> 0, e -> 1."""
-    s = jnp.sin(0.5 * E)
-    return (1.0 - e) + 2.0 * e * s * s
+    return _slope_from_half(jnp.sin(0.5 * E), e)
 
 
-def _residual(E: Array, e: Array, M: Array) -> Array:
-    """E - e sin E - M in the cancellation-safe form (1 - e) E + e (E - sin E) - M."""
-    return (1.0 - e) * E + e * _e_minus_sin(E) - M
+def _evaluate(E: Array, e: Array, M: Array, store: bool) -> tuple[Array, Array, Array, Array]:
+    """sin E, cos E, the residual and the slope at E, from two sines.
+
+    The residual is E - e sin E - M in the cancellation-safe form
+    (1 - e) E + e (E - sin E) - M; the slope is 1 - e cos E as
+    (1 - e) + 2 e sin^2(E/2), and cos E = 1 - 2 sin^2(E/2).
+    """
+    sin_E, half = _kept(store, jnp.sin(E), jnp.sin(0.5 * E))
+    residual = (1.0 - e) * E + e * _e_minus_sin(E, sin_E) - M
+    return sin_E, 1.0 - 2.0 * half * half, residual, _slope_from_half(half, e)
+
+
+def _shift(sin_E: Array, cos_E: Array, d: Array) -> tuple[Array, Array]:
+    r"""sin and cos of E + d by the addition formulas, $\cos d = 1 - d^2/2$ and
+    $\sin d = d - d^3/6$ (error $d^4/24$: below $10^{-17}$ for the last Newton
+    correction, a few ulp once Markley's fifth-order step has run)."""
+    d2 = d * d
+    cos_d, sin_d = 1.0 - 0.5 * d2, d * (1.0 - d2 / 6.0)
+    return sin_E * cos_d + cos_E * sin_d, cos_E * cos_d - sin_E * sin_d
 
 
 def _markley_start(M: Array, e: Array) -> Array:
@@ -85,15 +105,16 @@ def _markley_start(M: Array, e: Array) -> Array:
     d = 3.0 * (1.0 - e) + alpha * e
     q = 2.0 * alpha * d * (1.0 - e) - M * M
     r = 3.0 * alpha * d * (d - 1.0 + e) * M + M**3
-    w = (jnp.abs(r) + jnp.sqrt(q**3 + r * r)) ** (2.0 / 3.0)
+    # x^(2/3) as exp(2/3 log x) (vectorised on CPU; 0 at x = 0 as the power is):
+    # a relative rounding in the starter, which the fifth-order step removes.
+    w = jnp.exp((2.0 / 3.0) * jnp.log(jnp.abs(r) + jnp.sqrt(q**3 + r * r)))
     return (2.0 * r * w / (w * w + w * q + q * q) + M) / d
 
 
-def _fifth_order_step(E: Array, e: Array, M: Array) -> Array:
+def _fifth_order_step(E: Array, e: Array, M: Array, store: bool) -> Array:
     """Markley's nested correction: one step of fifth order."""
-    f0 = _residual(E, e, M)
-    f1 = _slope(E, e)
-    f2 = e * jnp.sin(E)
+    sin_E, _, f0, f1 = _evaluate(E, e, M, store)
+    f2 = e * sin_E
     f3 = 1.0 - f1
     d3 = -f0 / (f1 - 0.5 * f0 * f2 / f1)
     d4 = -f0 / (f1 + 0.5 * d3 * f2 + d3 * d3 * f3 / 6.0)
@@ -108,30 +129,61 @@ def _reduce(M: Array) -> tuple[Array, Array]:
     return reduced, k
 
 
-def _solve(M: Array, e: Array, newton_steps: int) -> Array:
+def _kept(store: bool, *arrays: Array) -> tuple[Array, ...]:
+    """`arrays` unchanged, or (`store`) computed once and stored: see `progenax._fusion`.
+
+    On CPU, XLA fuses an elementwise producer into each of its consumers, so
+    the sines of one Newton step, which feed the next step, the residual, the
+    slope and (through the orbit) every component of a position, are otherwise
+    evaluated several times over. The stored copy is exact for finite values
+    (non-finite ones would spread to their neighbours: for finite inputs only).
+    """
+    if not store:
+        return arrays
+    return tuple(materialize(jnp.stack(arrays)))
+
+
+def _solve(M: Array, e: Array, newton_steps: int, store: bool) -> tuple[Array, Array, Array]:
+    """E, sin E and cos E: the sines of the last Newton step, moved to the root by `_shift`."""
     reduced, k = _reduce(M)
     sign = jnp.where(reduced < 0, -1.0, 1.0).astype(M.dtype)
     Mr = jnp.abs(reduced)
-    E = _markley_start(Mr, e)
-    E = _fifth_order_step(E, e, Mr)
-    for _ in range(newton_steps):
-        E = E - _residual(E, e, Mr) / _slope(E, e)
+    (E,) = _kept(store, _fifth_order_step(_markley_start(Mr, e), e, Mr, store))
+    sin_E, cos_E, f, slope = _evaluate(E, e, Mr, store)
+    for step in range(newton_steps):
+        d = -f / slope
+        E = E + d
+        if step + 1 < newton_steps:
+            (E,) = _kept(store, E)
+            sin_E, cos_E, f, slope = _evaluate(E, e, Mr, store)
+        else:
+            sin_E, cos_E = _shift(sin_E, cos_E, d)
     # E stays in [0, pi] (the root does); clip guards the rounding at the ends.
     E = jnp.clip(E, 0.0, jnp.pi)
-    return sign * E + k * _TWO_PI_HI + (k * _TWO_PI_LO + k * _TWO_PI_LO2)
+    E = sign * E + k * _TWO_PI_HI + (k * _TWO_PI_LO + k * _TWO_PI_LO2)
+    return _kept(store, E, sign * sin_E, cos_E)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _kepler(M: Array, e: Array, newton_steps: int) -> Array:
-    return _solve(M, e, newton_steps)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _kepler(M: Array, e: Array, newton_steps: int, store: bool) -> tuple[Array, Array, Array]:
+    return _solve(M, e, newton_steps, store)
 
 
 @_kepler.defjvp
-def _kepler_jvp(newton_steps, primals, tangents):
+def _kepler_jvp(newton_steps, store, primals, tangents):
     M, e = primals
     dM, de = tangents
-    E = _kepler(M, e, newton_steps)
-    return E, (dM + jnp.sin(E) * de) / _slope(E, e)
+    E, sin_E, cos_E = _kepler(M, e, newton_steps, store)
+    dE = (dM + sin_E * de) / _slope(E, e)
+    return (E, sin_E, cos_E), (dE, cos_E * dE, -sin_E * dE)
+
+
+def _checked(M: ArrayLike, e: ArrayLike, newton_steps: int) -> tuple[Array, Array, int]:
+    if int(newton_steps) < 0:
+        raise ValueError(f"newton_steps must be >= 0, got {newton_steps}")
+    dtype = jnp.result_type(M, e, float)
+    M, e = jnp.broadcast_arrays(jnp.asarray(M, dtype), jnp.asarray(e, dtype))
+    return M, e, int(newton_steps)
 
 
 def solve_kepler(M: ArrayLike, e: ArrayLike, *, newton_steps: int = 1) -> Array:
@@ -153,11 +205,26 @@ def solve_kepler(M: ArrayLike, e: ArrayLike, *, newton_steps: int = 1) -> Array:
     and derivatives $\partial E/\partial M = 1/(1 - e\cos E)$,
     $\partial E/\partial e = \sin E/(1 - e\cos E)$ by the implicit-function theorem.
     """
-    if int(newton_steps) < 0:
-        raise ValueError(f"newton_steps must be >= 0, got {newton_steps}")
-    dtype = jnp.result_type(M, e, float)
-    M, e = jnp.broadcast_arrays(jnp.asarray(M, dtype), jnp.asarray(e, dtype))
-    return _kepler(M, e, int(newton_steps))
+    return _kepler(*_checked(M, e, newton_steps), False)[0]
+
+
+def solve_kepler_sin_cos(
+    M: ArrayLike, e: ArrayLike, *, newton_steps: int = 1, store: bool = False
+) -> tuple[Array, Array, Array]:
+    r"""$E$, $\sin E$ and $\cos E$ of `solve_kepler`, for the price of $E$ alone.
+
+    The solver's last Newton step already evaluates $\sin E_k$ and
+    $\sin(E_k/2)$ at its starting point $E_k$; the step $d$ to the root is at
+    the rounding level, so the addition formulas carry them to $E_k + d$
+    without two more transcendental calls. Same arguments as `solve_kepler`;
+    the derivatives are those of $E$ times $\cos E$ and $-\sin E$.
+
+    `store=True` (static) stores the sines of each step and the results once
+    (`progenax._fusion.materialize`) instead of letting XLA recompute them in
+    every consumer: faster on CPU for large arrays, and exact, but only for
+    finite `M` and `e` in $[0, 1)$ (a NaN would spread to its neighbours).
+    """
+    return _kepler(*_checked(M, e, newton_steps), bool(store))
 
 
 def true_anomaly(E: ArrayLike, e: ArrayLike) -> Array:

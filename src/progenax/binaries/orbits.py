@@ -26,11 +26,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from .._fusion import materialize
 from .._types import Array, ArrayLike, Key
 from ..sampling import safe_norm
 from ..units import MYR_S
-from .kepler import solve_kepler
+from .kepler import solve_kepler_sin_cos
 
 DAY_MYR = 86400.0 / MYR_S
 """One day in Myr (Julian year)."""
@@ -59,20 +61,92 @@ def semi_major_axis(period: ArrayLike, total_mass: ArrayLike, G: ArrayLike) -> A
     return jnp.cbrt(G * total_mass * (period / (2.0 * jnp.pi)) ** 2)
 
 
+def semi_major_axis_of_log_period(
+    log10_period: ArrayLike, time_unit: ArrayLike, total_mass: ArrayLike, G: ArrayLike
+) -> Array:
+    r"""`semi_major_axis` for $P = 10^{\ell}$ `time_unit` (code time units), in logarithms:
+
+    $$ a = \exp\tfrac13\left[\ln(G M) + 2\,\ell\ln 10 + 2\ln\frac{t}{2\pi}\right], $$
+
+    one log and one exp, which XLA vectorises on CPU, where $10^{\ell}$ and the
+    cube root are scalar calls (relative difference from `semi_major_axis` a
+    few ulp: the rounding of $\ell \ln 10$).
+    """
+    lp, total_mass = jnp.asarray(log10_period), jnp.asarray(total_mass)
+    log_time = jnp.log(jnp.asarray(time_unit) / (2.0 * jnp.pi))
+    return jnp.exp((jnp.log(G * total_mass) + 2.0 * (lp * np.log(10.0) + log_time)) / 3.0)
+
+
 def orbital_period(a: ArrayLike, total_mass: ArrayLike, G: ArrayLike) -> Array:
     r"""$P = 2\pi\sqrt{a^3 / (G M)}$ in code time units."""
     a, total_mass = jnp.asarray(a), jnp.asarray(total_mass)
     return 2.0 * jnp.pi * jnp.sqrt(a**3 / (G * total_mass))
 
 
-def _frame(inclination: Array, ascending_node: Array, periapsis: Array) -> tuple[Array, Array]:
-    """Unit vectors P (to pericentre) and Q (90 degrees ahead), shape (..., 3)."""
-    ci, si = jnp.cos(inclination), jnp.sin(inclination)
-    cO, sO = jnp.cos(ascending_node), jnp.sin(ascending_node)
-    cw, sw = jnp.cos(periapsis), jnp.sin(periapsis)
-    P = jnp.stack([cO * cw - sO * sw * ci, sO * cw + cO * sw * ci, sw * si], axis=-1)
-    Q = jnp.stack([-cO * sw - sO * cw * ci, -sO * sw + cO * cw * ci, cw * si], axis=-1)
-    return P, Q
+class Orientations(NamedTuple):
+    r"""Orbit orientations by the cosines and sines of their angles, with the mean anomalies.
+
+    What `elements_to_phase_space` needs of $i$, $\Omega$, $\omega$ is their
+    cosines and sines: drawn as such (`draw_orientations`), they cost one
+    cosine per angle instead of an arccos and six trigonometric calls.
+    """
+
+    cos_i: Array
+    sin_i: Array
+    cos_node: Array
+    sin_node: Array
+    cos_peri: Array
+    sin_peri: Array
+    mean_anomaly: Array
+
+    @classmethod
+    def from_angles(cls, inclination, ascending_node, periapsis, mean_anomaly) -> Orientations:
+        """From the angles (radians)."""
+        return cls(
+            jnp.cos(inclination),
+            jnp.sin(inclination),
+            jnp.cos(ascending_node),
+            jnp.sin(ascending_node),
+            jnp.cos(periapsis),
+            jnp.sin(periapsis),
+            mean_anomaly,
+        )
+
+    def angles(self) -> tuple[Array, Array, Array, Array]:
+        """`(inclination, ascending_node, periapsis, mean_anomaly)`, node and periapsis in [0, 2 pi)."""
+        two_pi = 2.0 * jnp.pi
+        node = jnp.mod(jnp.arctan2(self.sin_node, self.cos_node), two_pi)
+        peri = jnp.mod(jnp.arctan2(self.sin_peri, self.cos_peri), two_pi)
+        return jnp.arctan2(self.sin_i, self.cos_i), node, peri, self.mean_anomaly
+
+    def frame(self) -> tuple[Array, Array]:
+        """Unit vectors P (to pericentre) and Q (90 degrees ahead), shape (..., 3)."""
+        ci, si, cO, sO, cw, sw = self[:6]
+        P = jnp.stack([cO * cw - sO * sw * ci, sO * cw + cO * sw * ci, sw * si], axis=-1)
+        Q = jnp.stack([-cO * sw - sO * cw * ci, -sO * sw + cO * cw * ci, cw * si], axis=-1)
+        return P, Q
+
+
+def orbit_phase_space(
+    a: Array, e: Array, orientations: Orientations, total_mass: Array, G: ArrayLike, *, store: bool = False
+) -> tuple[Array, Array]:
+    """Relative position and velocity of orbits (a, e) with `orientations` (arrays of one shape).
+
+    `store=True` (static; finite elements only) stores the per-orbit scalars
+    once before they are spread over three components (`solve_kepler_sin_cos`).
+    """
+    _, sE, cE = solve_kepler_sin_cos(orientations.mean_anomaly, e, store=store)
+    root = jnp.sqrt((1.0 - e) * (1.0 + e))
+    P, Q = orientations.frame()
+    x, y = a * (cE - e), a * root * sE
+    # n a / (1 - e cos E) = sqrt(mu / a) / (r / a); r / a = 1 - e cos E.
+    speed = jnp.sqrt(G * total_mass / a) / (1.0 - e * cE)
+    vx, vy = -speed * sE, speed * root * cE
+    if store:
+        x, y, vx, vy = materialize(jnp.stack([x, y, vx, vy]))
+    r = x[..., None] * P + y[..., None] * Q
+    v = vx[..., None] * P + vy[..., None] * Q
+    return r, v
 
 
 def elements_to_phase_space(
@@ -96,17 +170,7 @@ def elements_to_phase_space(
     args = (a, e, inclination, ascending_node, periapsis, mean_anomaly, total_mass)
     dtype = jnp.result_type(*args, float)
     a, e, inc, node, peri, M, mass = jnp.broadcast_arrays(*(jnp.asarray(x, dtype) for x in args))
-    E = solve_kepler(M, e)
-    cE, sE = jnp.cos(E), jnp.sin(E)
-    root = jnp.sqrt((1.0 - e) * (1.0 + e))
-    P, Q = _frame(inc, node, peri)
-    x, y = a * (cE - e), a * root * sE
-    # n a / (1 - e cos E) = sqrt(mu / a) / (r / a); r / a = 1 - e cos E.
-    speed = jnp.sqrt(G * mass / a) / (1.0 - e * cE)
-    vx, vy = -speed * sE, speed * root * cE
-    r = x[..., None] * P + y[..., None] * Q
-    v = vx[..., None] * P + vy[..., None] * Q
-    return r, v
+    return orbit_phase_space(a, e, Orientations.from_angles(inc, node, peri, M), mass, G)
 
 
 def phase_space_to_elements(r: ArrayLike, v: ArrayLike, total_mass: ArrayLike, G: ArrayLike) -> OrbitalElements:
@@ -148,22 +212,46 @@ def phase_space_to_elements(r: ArrayLike, v: ArrayLike, total_mass: ArrayLike, G
     return OrbitalElements(a, e, inclination, node, periapsis, mean_anomaly)
 
 
-def sample_orientations(key: Key, shape: tuple[int, ...], dtype=None) -> tuple[Array, Array, Array, Array]:
-    r"""Isotropic orbit orientations and uniform mean anomalies.
+def _unit_circle(u: Array) -> tuple[Array, Array]:
+    r"""$(\cos\theta, \sin\theta)$ for $\theta = 2\pi u$: one cosine, and the sine as
+    $\pm\sqrt{(1 - c)(1 + c)}$ with the sign of $\sin\theta$ (so $c^2 + s^2 = 1$
+    to rounding: a point exactly on the circle, uniform as $\theta$ is)."""
+    c = jnp.cos(2.0 * jnp.pi * u)
+    s = jnp.sqrt(jnp.maximum((1.0 - c) * (1.0 + c), 0.0))
+    return c, jnp.where(u < 0.5, s, -s)
 
-    $\cos i \sim U(-1, 1)$, $\Omega, \omega \sim U(0, 2\pi)$ and the **mean**
-    anomaly $\mathcal M \sim U(0, 2\pi)$ (uniform in time along the orbit; a
-    uniform true anomaly would over-weight pericentre).
 
-    **Returns:** `(inclination, ascending_node, periapsis, mean_anomaly)`, each of `shape`.
+def draw_orientations(key: Key, shape: tuple[int, ...], dtype=None) -> Orientations:
+    r"""Isotropic orbit orientations and uniform mean anomalies, as `Orientations`.
+
+    $\cos i \sim U(-1, 1)$ (and $\sin i = \sqrt{(1 - \cos i)(1 + \cos i)}$,
+    $i \in [0, \pi]$), $\Omega, \omega \sim U(0, 2\pi)$ by their cosines and sines
+    (`_unit_circle`) and the **mean** anomaly $\mathcal M \sim U(0, 2\pi)$
+    (uniform in time along the orbit; a uniform true anomaly would over-weight
+    pericentre).
     """
     dtype = dtype or jnp.result_type(float)
     k_i, k_node, k_peri, k_mean = jax.random.split(key, 4)
     cos_i = jax.random.uniform(k_i, shape, dtype, -1.0, 1.0)
-    node = jax.random.uniform(k_node, shape, dtype, 0.0, 2.0 * jnp.pi)
-    peri = jax.random.uniform(k_peri, shape, dtype, 0.0, 2.0 * jnp.pi)
+    sin_i = jnp.sqrt((1.0 - cos_i) * (1.0 + cos_i))
+    cos_node, sin_node = _unit_circle(jax.random.uniform(k_node, shape, dtype))
+    cos_peri, sin_peri = _unit_circle(jax.random.uniform(k_peri, shape, dtype))
     mean = jax.random.uniform(k_mean, shape, dtype, 0.0, 2.0 * jnp.pi)
-    return jnp.arccos(cos_i), node, peri, mean
+    # Stored once: each feeds several components of the frame (see progenax._fusion).
+    stored = materialize(jnp.stack([cos_i, sin_i, cos_node, sin_node, cos_peri, sin_peri, mean]))
+    return Orientations(*stored)
+
+
+def sample_orientations(key: Key, shape: tuple[int, ...], dtype=None) -> tuple[Array, Array, Array, Array]:
+    r"""Isotropic orbit orientations and uniform mean anomalies, as angles.
+
+    $\cos i \sim U(-1, 1)$, $\Omega, \omega \sim U(0, 2\pi)$ and the **mean**
+    anomaly $\mathcal M \sim U(0, 2\pi)$: the angles of `draw_orientations`
+    with the same key.
+
+    **Returns:** `(inclination, ascending_node, periapsis, mean_anomaly)`, each of `shape`.
+    """
+    return draw_orientations(key, shape, dtype).angles()
 
 
 def binding_energy(a: ArrayLike, m1: ArrayLike, m2: ArrayLike, G: ArrayLike) -> Array:

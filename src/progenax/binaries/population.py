@@ -51,6 +51,7 @@ import jax.numpy as jnp
 from .._types import Array, ArrayLike, Key
 from ..sampling import uniform_open
 from ..units import Units, physical_units
+from ..validation import error_if
 from .distributions import (
     ECCENTRICITIES,
     MASS_RATIOS,
@@ -62,10 +63,10 @@ from .moe17 import Q_MIN, Moe17
 from .orbits import (
     DAY_MYR,
     OrbitalElements,
-    elements_to_phase_space,
+    draw_orientations,
+    orbit_phase_space,
     orbital_period,
-    sample_orientations,
-    semi_major_axis,
+    semi_major_axis_of_log_period,
 )
 from .stellar import RSUN_PC, main_sequence_radius
 
@@ -254,7 +255,7 @@ def _masses(key: Key, m1: Array, population: BinaryPopulation, companion_masses,
 
 def _weights(key: Key, n: int, dtype, population: BinaryPopulation, scale=None) -> tuple[Array, Array]:
     """Membership with probability `fraction` (times `scale`, capped at 1, when given)."""
-    fraction = eqx.error_if(
+    fraction = error_if(
         population.fraction, (population.fraction < 0) | (population.fraction > 1), "fraction must be in [0, 1]"
     )
     if scale is not None:
@@ -273,7 +274,7 @@ def _period_limits(m1, m2, a_contact, day, G, population, sigma, mean_mass):
     # The floor keeps log10 and its slope finite when the limit is off (a_contact = 0).
     lp_contact = jnp.log10(jnp.maximum(orbital_period(a_contact, total, G) / day, tiny))
     if not population.hard_soft_cap:
-        return lp_contact, jnp.full_like(lp_contact, jnp.inf)
+        return lp_contact, jnp.asarray(jnp.inf, lp_contact.dtype)  # a scalar: one CDF value for all
     a_hard_soft = G * m1 * m2 / (2.0 * mean_mass * sigma**2)
     return lp_contact, jnp.log10(orbital_period(a_hard_soft, total, G) / day)
 
@@ -380,7 +381,7 @@ def sample_binaries(
             mean_mass = 0.5 * (jnp.mean(m1) + jnp.mean(m2))
         lp_lo, lp_hi = _period_limits(m1, m2, a_contact, day, G, population, sigma, mean_mass)
         log_period = population.period.truncated_icdf(uniform_open(k_period, (n,), dtype), lp_lo, lp_hi)
-    a = semi_major_axis(10.0**log_period * day, m1 + m2, G)
+    a = semi_major_axis_of_log_period(log_period, day, m1 + m2, G)
     e_max = jnp.clip(1.0 - a_contact / a, 0.0, 1.0)
     u_e = uniform_open(k_ecc, (n,), dtype)
     if population.is_joint:
@@ -388,9 +389,9 @@ def sample_binaries(
     else:
         e = population.eccentricity.truncated_icdf(u_e, 0.0, e_max)
 
-    inclination, node, periapsis, mean_anomaly = sample_orientations(k_orient, (n,), dtype)
-    elements = OrbitalElements(a, e, inclination, node, periapsis, mean_anomaly)
-    r, v = elements_to_phase_space(a, e, inclination, node, periapsis, mean_anomaly, m1 + m2, G)
+    orientations = draw_orientations(k_orient, (n,), dtype)
+    elements = OrbitalElements(a, e, *orientations.angles())
+    r, v = orbit_phase_space(a, e, orientations, m1 + m2, G, store=True)
     return Binaries(m1, m2, weights, members, log_period, elements, r, v)
 
 

@@ -29,5 +29,6 @@ def main_sequence_radius(mass_msun: ArrayLike) -> Array:
     m = jnp.asarray(mass_msun)
     positive = m > 0
     m_safe = jnp.where(positive, m, 1.0)
-    radius = jnp.where(m_safe < 1.0, m_safe**0.8, m_safe**0.57)
+    # One log and one exp (both cheap on CPU) rather than two powers, one per branch.
+    radius = jnp.exp(jnp.where(m_safe < 1.0, 0.8, 0.57) * jnp.log(m_safe))
     return jnp.where(positive, radius, 0.0)

@@ -12,33 +12,37 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._types import Array, Key
 from ..binaries import Binaries, BinaryPopulation
 from ..diagnostics.energy import EXACT_MAX_N, scale_to_virial_ratio
-from ..imf import PowerLawIMF, kroupa, salpeter
+from ..imf import IMF, PowerLawIMF, kroupa, salpeter
 from ..models import AbstractClusterModel
 from ..state import InitialConditions, ParticleState
 from ..structure.segregation import apply_segregation
 from ..units import G_PHYSICAL, check_units_name, physical_units
-from ..validation import ParameterChecks, check_count
+from ..validation import ParameterChecks, check_count, check_scalar
 from ._binaries import with_companions
 
 IMF_CHOICES = ("kroupa", "salpeter", "equal")
 
 
 def as_key(key: Key | int) -> Key:
-    if isinstance(key, int):
-        return jax.random.PRNGKey(key)
+    """A `jax.random` key from a key or an int seed (a Python or NumPy integer)."""
+    if isinstance(key, bool):
+        raise ValueError(f"key must be a jax.random key or an int seed, got {key!r}")
+    if isinstance(key, (int, np.integer)):
+        return jax.random.PRNGKey(int(key))
     return key
 
 
 def check_imf(imf: str | PowerLawIMF | None) -> str | PowerLawIMF:
     if imf is None:
         return "kroupa"
-    if isinstance(imf, PowerLawIMF) or imf in IMF_CHOICES:
+    if isinstance(imf, IMF) or imf in IMF_CHOICES:
         return imf
-    raise ValueError(f"imf must be None, one of {IMF_CHOICES} or a PowerLawIMF, got {imf!r}")
+    raise ValueError(f"imf must be None, one of {IMF_CHOICES}, a PowerLawIMF or a ChabrierIMF, got {imf!r}")
 
 
 class CommonArguments(NamedTuple):
@@ -54,7 +58,11 @@ class CommonArguments(NamedTuple):
 
 
 def check_common_arguments(n, units, imf, r_h, alpha, Q) -> CommonArguments:
-    """Validate n, units, imf (static) and r_h, alpha, Q (possibly traced)."""
+    """Validate n, units, imf (static) and r_h, alpha, Q (possibly traced scalars;
+    Q = 0, a cold start, is allowed)."""
+    for name, value in (("r_h", r_h), ("alpha", alpha), ("Q", Q)):
+        if value is not None:
+            check_scalar(name, value)
     checks = ParameterChecks()
     return CommonArguments(
         checks=checks,
@@ -63,13 +71,13 @@ def check_common_arguments(n, units, imf, r_h, alpha, Q) -> CommonArguments:
         imf=check_imf(imf),
         r_h=checks.range("r_h", r_h, lower=0.0),
         alpha=checks.range("alpha", alpha, lower=0.0, upper=10.0),
-        Q=None if Q is None else checks.range("Q", Q, lower=0.0),
+        Q=None if Q is None else checks.range("Q", Q, lower=0.0, lower_inclusive=True),
     )
 
 
 def resolve_imf(imf: str | PowerLawIMF, alpha: Array) -> PowerLawIMF:
     """The power-law IMF behind a choice ("equal" uses Kroupa(alpha)'s mean mass)."""
-    if isinstance(imf, PowerLawIMF):
+    if isinstance(imf, IMF):
         return imf
     return salpeter() if imf == "salpeter" else kroupa(alpha)
 
@@ -93,10 +101,9 @@ def imf_params(imf: str | PowerLawIMF, alpha: Array) -> dict[str, Array]:
     `alpha` when it was used (Kroupa or equal masses), and the breaks and slopes
     of the IMF the masses were drawn from (not for equal masses).
     """
-    params = {} if isinstance(imf, PowerLawIMF) or imf == "salpeter" else {"alpha": alpha}
+    params = {} if isinstance(imf, IMF) or imf == "salpeter" else {"alpha": alpha}
     if imf != "equal":
-        dist = resolve_imf(imf, alpha)
-        params.update(imf_breaks=dist.breaks, imf_slopes=dist.slopes)
+        params.update(resolve_imf(imf, alpha).record())
     return params
 
 

@@ -39,13 +39,25 @@ def eff_builder(
     the centre-of-mass frame and scaled to `Q` (None keeps the Jeans velocities,
     whose expected Q is 1/2 for the untruncated model). **Positions stay about the
     model centre** (the origin), not the centre of mass: for an untruncated
-    model with gamma <= 5 the centre of mass has infinite variance, and a few halo
+    model with gamma <= 4 the centre of mass has infinite variance, and a few halo
     stars would move the core by parsecs.
+
+    **Measured r_h of a finite sample.** About the model centre (the origin,
+    `half_mass_radius(..., centre=jnp.zeros(3))`) it is `r_h` up to sampling
+    noise; about the centre of mass it is not, for heavy tails: the mean radius
+    diverges for gamma <= 3, and at gamma = 2.5 a few stars at ~1e9 pc move the
+    centre of mass by kiloparsecs (n = 1e5: 3e3 pc about it, 0.995 pc about the
+    origin). Untruncated, gamma must exceed 2.153 in float64 (2.544 in float32),
+    where the largest uniform the sampler draws still maps to a representable
+    radius (`progenax.profiles.eff.untruncated_gamma_floor`); below it a finite
+    sample cannot be stored, and the call raises naming gamma. Truncate with
+    `r_t` for flatter profiles.
 
     **Arguments:**
 
     - `key`: a `jax.random` key (or an int seed); `n`: number of stars (static).
-    - `gamma`: surface-density slope; > 2 untruncated, > 0 with `r_t`.
+    - `gamma`: surface-density slope; > 2.153 untruncated (> 2.544 in float32),
+      > 0 with `r_t`.
     - `r_h`: 3D half-mass radius in pc (> 0; below 2^(-1/3) `r_t` when truncated).
     - `r_t`: truncation radius in pc, or None for the infinite model.
     - `alpha`, `Q`, `imf`, `units`, `segregation`, `segregation_temperature`,

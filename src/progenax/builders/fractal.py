@@ -5,30 +5,37 @@ Random streams: `split(key, 3)` gives the masses, the fractal and segregation.
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..diagnostics.energy import scale_to_virial_ratio
+from ..diagnostics.radii import half_mass_radius
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
 from ..state import InitialConditions
 from ..structure.fractal import D_MAX, D_MIN, box_fractal, remap_to_plummer
 from ..structure.segregation import apply_segregation, check_segregation_arguments
 from ..units import G_PHYSICAL
+from ..validation import deferred_checks
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf, sample_masses
 
+PROFILES = ("plummer", "box")
+"""`fractal_builder(profile=...)`: remapped onto a Plummer sphere, or the pure box fractal."""
 
-@eqx.filter_jit
-def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, binaries=None):
+
+@deferred_checks
+def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, binaries=None, profile="plummer"):
     k_m, k_f, k_s = jax.random.split(key, 3)
     dtype = r_h.dtype
     masses = sample_masses(k_m, n, imf, alpha)
     raw_pos, raw_vel = box_fractal(k_f, n, D, dtype=dtype)
-    positions = remap_to_plummer(raw_pos, masses, r_h)
+    if profile == "box":  # the fractal's own radii, scaled to r_h about the centre of mass
+        positions = raw_pos * (r_h / half_mass_radius(raw_pos, masses))
+    else:
+        positions = remap_to_plummer(raw_pos, masses, r_h)
     params = {"D": D, "r_h": r_h, "Q": Q, **imf_params(imf, alpha)}
     if segregation is not None:
         # Energies need velocities on the cluster's scale: scale them to Q
@@ -70,6 +77,7 @@ def fractal_builder(
     segregation: ArrayLike = 0.0,
     segregation_temperature: ArrayLike = 1.0,
     binaries: BinaryPopulation | None = None,
+    profile: str = "plummer",
 ) -> InitialConditions:
     r"""A fractal cluster: GW04 box fractal remapped radially onto a Plummer sphere.
 
@@ -98,6 +106,10 @@ def fractal_builder(
       Q with equal masses and the spherical W estimate (ranking only).
       `segregation_temperature`: width of the relaxed ranking, in (0, 8].
     - `binaries`: as for `progenax.plummer_builder` (`n` then counts systems).
+    - `profile` (static): "plummer" (default, the radial remap above) or "box":
+      the pure box fractal (McLuster's `-P -1`), its radii only scaled so that
+      the 3D half-mass radius about the centre of mass is `r_h` (a uniform
+      sphere for D = 3).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "fractal"; differentiable in
     r_h, alpha and Q; partially in S (relaxed ranking, `progenax.structure.segregation`)
@@ -109,8 +121,10 @@ def fractal_builder(
     """
     if Q is None:
         raise ValueError("Q must be a positive number for fractal_builder (not None)")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     D = c.checks.range("D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True)
     S, T = check_segregation_arguments(c.checks, segregation, segregation_temperature)
-    out = _fractal(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T, check_binaries(binaries))
+    out = _fractal(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T, check_binaries(binaries), profile)
     return drop_absent_companions(c.checks.attach(out))

@@ -18,7 +18,6 @@ implicit root finders).
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,12 +33,13 @@ from ..sampling import isotropic_directions, uniform_open
 from ..state import InitialConditions
 from ..structure.segregation import check_segregation_arguments
 from ..units import G_PHYSICAL
+from ..validation import deferred_checks
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf
 from .spherical import build_model_cluster
 
 
-@eqx.filter_jit
+@deferred_checks
 def _lowered_isothermal_multimass(
     key,
     n,
@@ -64,7 +64,8 @@ def _lowered_isothermal_multimass(
     # The same draws as `sample_masses` (PowerLawIMF.sample = icdf(uniform)); the
     # bin of a star is fixed by its uniform variate (equal expected numbers per
     # bin), so bin membership never changes with alpha and stays differentiable.
-    u_m = jax.random.uniform(k_m, (n,), dist.slopes.dtype)
+    # (a power law draws its uniforms in its slopes' dtype; any other IMF in r_h's)
+    u_m = jax.random.uniform(k_m, (n,), getattr(dist, "slopes", r_h).dtype)
     masses = materialize(dist.icdf(u_m).astype(dtype))
     component = jnp.clip(jnp.floor(u_m * mass_bins), 0, mass_bins - 1).astype(jnp.int32)
     M_j = jax.ops.segment_sum(masses, component, mass_bins)
@@ -159,7 +160,7 @@ def _build(
         raise ValueError(f"mass_bins must be None or an int in [1, 64] (static), got {mass_bins!r}")
     if c.imf == "equal":
         raise ValueError("mass_bins needs an IMF with a spread of masses, not imf='equal'")
-    delta = c.checks.range("delta", delta, lower=0.0, upper=2.0, lower_inclusive=True)
+    delta = c.checks.range("delta", delta, lower=0.0, upper=2.0, lower_inclusive=True, upper_inclusive=True)
     out = _lowered_isothermal_multimass(
         as_key(key),
         c.n,
@@ -223,7 +224,13 @@ def king_builder(
       from its bin's component. `params` then also hold `component_masses` and
       `component_r_h` (pc).
     - `delta`: mass-dependence of the velocity scales, in [0, 2] (0.5 default);
-      only used with `mass_bins`.
+      only used with `mass_bins`. The heaviest bin (the IMF's massive tail)
+      dominates the centre, so the light bins reach far out in King radii of
+      the total central density: a Kroupa IMF at W0 = 6, delta = 0.5, n = 1e5
+      has r_t ~ 5e5 r_0 in 8 bins and ~ 5e6 r_0 in 10 (6 of 6 keys). The solver
+      grid ends at 1e10 r_0 (`profiles.king.MULTIMASS_R_MAX`); a model beyond it
+      (many bins with a large delta, e.g. 10 bins at delta = 2 or 64 at 0.5)
+      raises naming W0, delta and mass_bins.
     - `segregation`, `segregation_temperature`: primordial mass segregation of
       the single-mass model, as for `plummer_builder` (not with `mass_bins`,
       which segregates self-consistently).
@@ -306,7 +313,8 @@ def limepy_builder(
       the Michie-type DF $f \propto e^{-J^2/(2 r_a^2 s^2)} E_\gamma(g, \varepsilon)$,
       isotropic in the centre, radially anisotropic beyond $\sim r_a$
       ($\beta(r)$ in `solve_king_profile(W0, g, ra).beta`). Small `ra` makes the
-      model much more extended (W0 = 6, g = 1 needs ra >~ 2.75 for r_t < 1e5 r_0).
+      model much more extended (W0 = 6, g = 1 needs ra > 2.791 for r_t < 1e5 r_0,
+      the end of the solver grid: r_t = 9.7e4 r_0 there, 185 r_0 at ra = 3).
       Not available with `mass_bins` (raises `NotImplementedError`).
     - the rest (`mass_bins`, `delta`, `profile_points`, `speed_table_size` included) as
       for `king_builder`.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -23,6 +22,7 @@ from ..imf import PowerLawIMF
 from ..models import REGISTRY, AbstractClusterModel
 from ..state import InitialConditions
 from ..structure.segregation import check_segregation_arguments
+from ..validation import deferred_checks
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import (
     as_key,
@@ -35,7 +35,7 @@ from ._common import (
 )
 
 
-@eqx.filter_jit
+@deferred_checks
 def build_spherical(key, n, model_cls, values, alpha, Q, imf, units, segregation=None, temperature=None, binaries=None):
     """Draw n stars (or n systems, with `binaries`) from `model_cls(**values)`
     (see the module docstring), jitted."""

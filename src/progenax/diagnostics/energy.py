@@ -31,9 +31,12 @@ short-range pair sum through the cell list, differentiable in positions and
 masses, with fixed shapes. Measured against the exact sum, see
 `progenax.diagnostics.mesh`. It costs seconds (12 s CPU for a D = 1.6
 fractal of 100,000 stars, 42 s for a Plummer sphere of 1e6, shared 2-core
-machine), so `method="auto"` stays "exact" up to `EXACT_MAX_N` stars and
-"spherical" above: ask for "mesh" for substructured clusters (the fractal
-builder does).
+machine). `method="auto"` is "exact" up to `EXACT_MAX_N` stars and "mesh"
+above: the spherical estimate is fast but wrong for any cluster with
+substructure (`virial_ratio` of `fractal_builder(0, n=30_000)`: 0.67 with it,
+0.4999 exact), and "auto" cannot know which cluster it is given. Ask for
+"spherical" explicitly where the cluster is known to be spherical (the
+spherical builders do, about their model centre).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, Masses, Positions, Scalar, Velocities
-from ..sampling import safe_divide
+from ..sampling import safe_divide, safe_sqrt
 from ..units import G_PHYSICAL
 from .mesh import mesh_pair_energy
 
@@ -117,7 +120,7 @@ def potential_energy(
       "spherical" (shell-theorem estimate for spherical clusters, see the
       module docstring), "mesh" (nested-mesh P3M for any, clumpy included,
       distribution; `progenax.diagnostics.mesh`) or "auto" (exact up to
-      `EXACT_MAX_N` stars, spherical above).
+      `EXACT_MAX_N` stars, mesh above: right for clumpy clusters too).
     - `block_size`: rows per block of the exact sum (static).
     - `centre`: (3,) centre of the shells for "spherical" (default: the
       coordinate-wise median of the positions; a builder passes its model
@@ -128,7 +131,7 @@ def potential_energy(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     n = masses.shape[0]
     if method == "auto":
-        method = "exact" if n <= EXACT_MAX_N else "spherical"
+        method = "exact" if n <= EXACT_MAX_N else "mesh"
     if method == "exact":
         w = _exact_potential(positions, masses, min(block_size, n))
     elif method == "mesh":
@@ -171,9 +174,11 @@ def scale_to_virial_ratio(
 
     Differentiable in Q, positions, velocities and masses. The velocities are
     assumed to be in the centre-of-mass frame already; `centre` is passed to
-    `potential_energy` (used by the spherical estimate only).
+    `potential_energy` (used by the spherical estimate only). Q = 0 (a cold
+    start) gives zero velocities; there the speeds grow as $\sqrt{Q}$, whose
+    one-sided derivative is infinite, and the gradient returned is 0 (never
+    inf or NaN: double-where on the square root).
     """
     t = kinetic_energy(velocities, masses)
     w = potential_energy(positions, masses, G=G, method=method, centre=centre)
-    factor = jnp.sqrt(safe_divide(Q * jnp.abs(w), t))
-    return velocities * factor
+    return velocities * safe_sqrt(safe_divide(Q * jnp.abs(w), t))

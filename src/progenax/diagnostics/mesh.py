@@ -29,14 +29,14 @@ $$\frac1r = g_0(r) + \sum_{k=1}^{K-1} \bigl[g_k(r) - g_{k-1}(r)\bigr] + \frac{\o
   on the scale $s_k$, so the mesh resolves them;
 - **pairs:** the rest, $\operatorname{erfc}(r/2s_L)/r$ with $L$ the pair's
   shallower level, is summed over pairs closer than `cutoff` $\times s_L$ with
-  the overflow-free cell list of `progenax.neighbours.cells` (any farther candidate
-  it offers is summed too, which only makes the sum more exact); one cell list
+  the overflow-free cell list and pair-sum engine of `progenax.neighbours` (any
+  farther candidate it offers is summed too, which only makes the sum more exact); one cell list
   per level, holding the stars of that level and the deeper ones within reach
   of the next cube's faces. The others are parked, massless, on a lattice
   beside the cube. At the cutoff (4.5 $s$) the short kernel is 0.15% of $1/r$.
-  Its gradient is a hand-written VJP (per-star force, energy and $\partial/\partial s$
-  sums from the same pass, O(n) residuals): reverse mode through the cell
-  list's data-sized `while_loop` is not possible.
+  Its gradient is the engine's reverse pass (one more pass over the same
+  candidates, O(n) residuals): plain reverse mode through the cell list's
+  data-sized `while_loop` is not possible.
 - **outside the outer cube** (≤ `quantile` n stars, the far halo): the monopole
   of the inside mass about its centre of mass, and the shell-theorem estimate
   among themselves.
@@ -86,14 +86,12 @@ import numpy as np
 from jax.scipy.special import erf, erfc
 
 from .._types import Array, Masses, Positions, Scalar
-from ..neighbours.cells import build_cell_list, candidate_counts, fold_candidates
+from ..neighbours import build_cell_list, candidate_counts, layout_for, make_pair_sum, safe_distance
 
 DEFAULT_SPLIT = 1.0
 DEFAULT_CUTOFF = 4.5
 DEFAULT_QUANTILE = 1e-3
 _MARGIN_CELLS = 2  # empty cells around each cube: the TSC stencil reaches 1.5 H
-_CHUNK = 16
-_GROUPS = 8
 _SQRT_PI = math.sqrt(math.pi)
 
 
@@ -198,85 +196,41 @@ def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse,
     return 0.5 * total - 0.5 * self_term * jnp.sum(m_on**2)
 
 
-# -- short range: pairs through the cell list, hand-written VJP -----------------------
-def _short_kernel(r, r_s):
-    """phi(r) = erfc(r / 2 r_s) / r and phi'(r) / r."""
-    e = erfc(r / (2.0 * r_s))
-    phi = e / r
-    dphi_over_r = -(phi + jnp.exp(-((r / (2.0 * r_s)) ** 2)) / (_SQRT_PI * r_s)) / (r * r)
-    return phi, dphi_over_r
+# -- short range: a pair function on the neighbour engine ----------------------------
+def _short_pair(a_i, a_j, dx):
+    r"""$m_j \phi(r_{ij})$ with $\phi = \operatorname{erfc}(r / 2 r_s) / r$, over
+    every candidate and over the `own` ones; 0 for the self pair and
+    coincident stars (gradient-safe)."""
+    r = safe_distance(dx)
+    use = r > 0
+    rr = jnp.where(use, r, 1.0)
+    phi = jnp.where(use, a_j["m"] * erfc(rr / (2.0 * a_i["r_s"])) / rr, 0.0)
+    return (phi, a_j["own"] * phi), None
 
 
-def _pair_sums(positions, masses, own, r_s, reach, with_forces):
-    """Per star: sum_j m_j phi(r_ij) over all candidates j and over those with
-    `own` set (and the same for m_j phi'(r_ij) (x_i - x_j) / r_ij), original order."""
-    cells = build_cell_list(positions, reach, cells_per_reach=1, x_cells_per_reach=4, chunk=_CHUNK)
-    m_s = masses[cells.order]
-    own_s = own[cells.order].astype(positions.dtype)
-    x_s = cells.positions
-
-    def terms(i, j, valid):
-        dx = [x_s[a][i] - x_s[a][j] for a in range(3)]
-        r2 = dx[0] ** 2 + dx[1] ** 2 + dx[2] ** 2
-        use = valid & (j != i) & (r2 > 0)
-        r = jnp.sqrt(jnp.where(use, r2, 1.0))
-        phi, dphi = _short_kernel(r, r_s)
-        mj = jnp.where(use, m_s[j], 0.0)
-        oj = own_s[j]
-        out = [jnp.sum(mj * phi, axis=1), jnp.sum(oj * mj * phi, axis=1)]
-        if with_forces:
-            f = [mj * dphi * d for d in dx]
-            out += [jnp.sum(c, axis=1) for c in f] + [jnp.sum(oj * c, axis=1) for c in f]
-            # d phi / d r_s = exp(-r^2 / 4 r_s^2) / (sqrt(pi) r_s^2)
-            ds = mj * jnp.exp(-((r / (2.0 * r_s)) ** 2)) / (_SQRT_PI * r_s * r_s)
-            out += [jnp.sum(ds, axis=1), jnp.sum(oj * ds, axis=1)]
-        return tuple(out)
-
-    n_terms = 10 if with_forces else 2
-    sums = fold_candidates(cells, terms, n_terms, positions.dtype, chunk=_CHUNK, groups=_GROUPS)
-    return tuple(jnp.zeros_like(v).at[cells.order].set(v, unique_indices=True) for v in sums)
+# Scatter form: a candidate list holds whole cells, so a pair beyond the
+# reach may be listed one way only; the engine's reverse pass is then exact.
+_short_sum = make_pair_sum(_short_pair, layout_for(3))
 
 
-def _level_energy(positions, masses, own, r_s, reach):
-    e_all, e_own = _pair_sums(positions, masses, own, r_s, reach, False)
-    m_own = jnp.where(own, masses, 0.0)
-    return jnp.sum(m_own * (e_all - 0.5 * e_own))
-
-
-@jax.custom_vjp
 def _pairs(positions, masses, own, r_s, reach):
     r"""$\sum m_i m_j \phi(r_{ij})$ over candidate pairs with at least one `own`
-    star, each pair once."""
-    return _level_energy(positions, masses, own, r_s, reach)
-
-
-def _pairs_fwd(positions, masses, own, r_s, reach):
-    s = _pair_sums(positions, masses, own, r_s, reach, True)
-    e_all, e_own = s[0], s[1]
-    f_all, f_own = jnp.stack(s[2:5], axis=1), jnp.stack(s[5:8], axis=1)
-    m_own = jnp.where(own, masses, 0.0)
-    u = jnp.sum(m_own * (e_all - 0.5 * e_own))
-    # A star of its own level pairs with every candidate; a deeper one only
-    # with the own-level stars.
-    e = jnp.where(own, e_all, e_own)
-    f = jnp.where(own[:, None], f_all, f_own)
-    du_ds = jnp.sum(m_own * (s[8] - 0.5 * s[9]))
-    return u, (masses, e, f, own, du_ds, reach)
-
-
-def _pairs_bwd(res, u_bar):
-    masses, e, f, own, du_ds, reach = res
-    # The reach only decides which candidates are listed: no gradient.
-    return (
-        u_bar * masses[:, None] * f,
-        u_bar * e,
-        np.zeros(own.shape, jax.dtypes.float0),
-        u_bar * du_ds,
-        jnp.zeros_like(reach),
+    star, each pair once: $\sum_i m_i [\mathrm{own}_i] (e_i - \frac12 e^{\mathrm{own}}_i)$
+    with $e_i = \sum_j m_j \phi(r_{ij})$ over i's candidates and
+    $e^{\mathrm{own}}_i$ the same over the own ones. Differentiable in the
+    positions, masses and r_s through the engine's reverse pass; the reach
+    only decides which candidates are listed."""
+    layout = layout_for(3)
+    cells = build_cell_list(
+        jax.lax.stop_gradient(positions),
+        jax.lax.stop_gradient(reach),
+        cells_per_reach=layout.cells_per_reach,
+        x_cells_per_reach=layout.x_cells_per_reach,
+        chunk=layout.chunk,
     )
-
-
-_pairs.defvjp(_pairs_fwd, _pairs_bwd)
+    own_f = own.astype(positions.dtype)
+    sums = _short_sum(cells, {"x": positions, "m": masses, "own": own_f, "r_s": r_s})
+    return jnp.sum(own_f * masses * (sums[:, 0] - 0.5 * sums[:, 1]))
 
 
 def _park(positions, take, centre, half, reach):
@@ -339,7 +293,13 @@ def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnos
         u_pairs = _pairs(x, jnp.where(take, masses, 0.0), own, r_s, reach)
         out = (u_mesh, u_pairs)
         if diagnose:
-            cells = build_cell_list(jax.lax.stop_gradient(x), reach, cells_per_reach=1, x_cells_per_reach=4)
+            layout = layout_for(3)
+            cells = build_cell_list(
+                jax.lax.stop_gradient(x),
+                reach,
+                cells_per_reach=layout.cells_per_reach,
+                x_cells_per_reach=layout.x_cells_per_reach,
+            )
             out += (jnp.sum(candidate_counts(cells)),)
         return total + u_mesh + u_pairs, out
 

@@ -19,11 +19,11 @@ $r_\text{cloud}$ (cells whose centre lies inside it); with "box" the whole cube.
 **Differentiability.** The cell values $s_c$ and the velocity grid are smooth
 in $\mathcal M$, $\alpha_s$, $b$ (and $\kappa$ for the stars' weights); so are
 grid observables (`dense_gas_fraction`). Particle positions come from
-`progenax.gravoturb.placement`: the z-offset inside a cell carries the
-gradient, the choice of cell does not (partially differentiable; a half-mass
-radius about the cloud centre, which depends on the few particles at the
-median, is differentiable almost everywhere). $\beta$ enters only through the
-ranks of the Gaussian field: zero gradient.
+`progenax.gravoturb.placement`, the Knothe-Rosenblatt map of a $C^2$
+(smoothstep) interpolation of the cell weights between cell centres: smooth
+in the weights wherever the density is positive, so any smooth all-particle
+observable (such as $\sum m|x|^2$) is too. $\beta$ enters only through the ranks of the
+Gaussian field: zero gradient.
 
 **Keywords.** As in every other builder, `alpha` is the IMF's high-mass slope
 and `n` the particle count; the PDF's tail slope is `pdf_slope`. The 0.1.0
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import warnings
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -48,11 +47,11 @@ from ..imf import PowerLawIMF
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import check_units_name, physical_units
-from ..validation import ParameterChecks, check_count
+from ..validation import ParameterChecks, check_count, deferred_checks, error_if
 from .cloud import GEOMETRIES, GasCloud, TurbulentField
 from .field import check_grid, gaussian_random_field, mid_rank_uniforms
 from .pdf import PiecewiseLogDensityPDF
-from .placement import cell_positions
+from .placement import smooth_positions
 from .velocity import velocity_field
 
 THRESHOLD_MODES = ("sigmoid", "hard")
@@ -61,6 +60,7 @@ DENSITY_STREAM, VELOCITY_STREAM, GAS_STREAM, STAR_STREAM, MASS_STREAM, DISPERSIO
 PDF_SLOPE = 2.0
 IMF_ALPHA = 2.3
 GAS_COUNT = 100_000
+DENSITY_FLOOR = 1e-3  # of the cloud's mean density, for the gas smoothing lengths
 
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -129,18 +129,21 @@ def _field_params(f: dict) -> dict:
 
 
 # -- gas -------------------------------------------------------------------------
-@eqx.filter_jit
+@deferred_checks
 def _cloud(key, n, m_cloud, gamma, eta, f):
     field, pdf = _turbulent_field(key, **f)
     dtype = field.log_density.dtype
     weights = field.cell_mass_weights()
-    positions, cell = cell_positions(jax.random.fold_in(key, GAS_STREAM), weights, n, field.box_size)
+    positions, weight_density = smooth_positions(jax.random.fold_in(key, GAS_STREAM), weights, n, field.box_size)
     masses = jnp.full((n,), m_cloud / n, dtype)
     velocities = field.sample_velocity(positions)
     velocities = velocities - jnp.mean(velocities, axis=0)
-    # Cell density in Msun / pc^3: the cloud mass shared in proportion to e^s.
-    cell_volume = field.cell_size**3
-    density = m_cloud * weights.reshape(-1)[cell] / (jnp.sum(weights) * cell_volume)
+    # Density in Msun / pc^3 at each particle: the sampled (interpolated) density,
+    # the cloud mass shared in proportion to e^s; floored at DENSITY_FLOOR of the
+    # cloud's mean so that h stays finite where the interpolation falls to 0.
+    mean_weight = jnp.sum(weights) / jnp.sum(field.inside())
+    weight_density = jnp.maximum(weight_density, DENSITY_FLOOR * mean_weight)
+    density = m_cloud * weight_density / (jnp.sum(weights) * field.cell_size**3)
     smoothing_length = eta * jnp.cbrt(masses / density)
     internal_energy = jnp.full((n,), f["sound_speed"] ** 2 / (gamma - 1.0), dtype)
     params = {**_field_params(f), "m_cloud": m_cloud, "gamma": gamma, "eta": eta, "sigma_s": pdf.sigma, "s_t": pdf.s_t}
@@ -178,13 +181,16 @@ def cloud_builder(
 ) -> GasCloud:
     r"""SPH gas particles of a turbulent cloud (experimental; see the module docstring).
 
-    Positions are drawn in proportion to the cell gas mass $e^{s_c}$ inside the
-    cloud (`progenax.gravoturb.placement`: stratified uniforms, inverse CDF along
-    the raster, uniform jitter inside the cell). All particles have the mass
-    $m_\text{cloud}/n$. Velocities: the velocity field interpolated trilinearly at
-    each particle, minus the particles' mean (zero net momentum). Density of a
-    cell: $\rho_c = m_\text{cloud} e^{s_c} / (\Delta^3 \sum_{c'} e^{s_{c'}})$;
-    smoothing length $h = \eta\,(m/\rho_c)^{1/3}$ (the default $\eta = 1.2$ gives
+    Positions are drawn from the smooth interpolation $\tilde w(x)$ between
+    cell centres of the cell gas mass $w_c = e^{s_c}$ inside the cloud
+    (`progenax.gravoturb.placement`: Knothe-Rosenblatt map, stratified in x).
+    All particles have the mass $m_\text{cloud}/n$. Velocities: the velocity
+    field interpolated trilinearly at each particle, minus the particles' mean
+    (zero net momentum). Density at a particle: the sampled density
+    $\rho = m_\text{cloud} \tilde w(x) / (\Delta^3 \sum_{c} w_c)$, floored at
+    `DENSITY_FLOOR` (1e-3) of the cloud's mean density where the interpolation
+    falls to 0 at the cloud's edge;
+    smoothing length $h = \eta\,(m/\rho)^{1/3}$ (the default $\eta = 1.2$ gives
     about 58 neighbours with the cubic spline); specific internal energy
     $u = c_s^2/(\gamma - 1)$ for the isothermal sound speed $c_s$ ($P = \rho c_s^2 = (\gamma - 1)\rho u$).
 
@@ -206,8 +212,8 @@ def cloud_builder(
     - `n_gas`, `alpha`: the deprecated 0.1.0 names of `n` and `pdf_slope`.
 
     **Returns:** a `GasCloud`, its `field` the grid it came from. Differentiable
-    (through the grid and the z-offsets) in mach, pdf_slope, b, velocity_beta,
-    r_cloud, m_cloud, sound_speed, gamma and eta; positions partially.
+    (through the grid and the continuous placement) in mach, pdf_slope, b,
+    velocity_beta, r_cloud, m_cloud, sound_speed, gamma and eta.
 
     ```python
     cloud = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(0), n=50_000, mach=5.0, pdf_slope=2.0)
@@ -239,13 +245,13 @@ def star_formation_weights(field: TurbulentField, kappa, hard: bool):
     return field.cell_mass_weights() * gate
 
 
-@eqx.filter_jit
+@deferred_checks
 def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=None):
     field, _ = _turbulent_field(key, **f)
     dtype = field.log_density.dtype
     weights = star_formation_weights(field, kappa, hard)
-    weights = eqx.error_if(weights, jnp.sum(weights) <= 0, NO_DENSE_CELL_MESSAGE)
-    positions, _ = cell_positions(jax.random.fold_in(key, STAR_STREAM), weights, n, field.box_size)
+    weights = error_if(weights, jnp.sum(weights) <= 0, NO_DENSE_CELL_MESSAGE)
+    positions, _ = smooth_positions(jax.random.fold_in(key, STAR_STREAM), weights, n, field.box_size)
     masses = sample_masses(jax.random.fold_in(key, MASS_STREAM), n, imf, alpha)
     noise = jax.random.normal(jax.random.fold_in(key, DISPERSION_STREAM), (n, 3), dtype)
     velocities = field.sample_velocity(positions) + dispersion * noise
@@ -301,7 +307,9 @@ def star_builder(
     transition $s_t$ (Burkhart & Mocz 2019: $\kappa = 10$ gives a transition about
     0.1 wide in $s$, 10% in density); `threshold_mode="hard"` uses the step
     $[s_c > s_t]$ (forward only: no gradient in $\kappa$, and the threshold's
-    gradient is zero). Positions follow `progenax.gravoturb.placement` and stay in
+    gradient is zero). Positions follow `progenax.gravoturb.placement` (the
+    smooth interpolation of these weights, so a star can sit up to one cell
+    from a weighted cell centre) and stay in
     the cloud frame (the cloud centre is the origin; not moved to the centre of
     mass). Masses from the IMF; velocities: the gas velocity field at each star
     (trilinear) plus an isotropic Gaussian of 1D dispersion `dispersion`, moved to
@@ -326,7 +334,7 @@ def star_builder(
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
     mach, pdf_slope, b, kappa, dispersion, alpha and Q through the grid and the
-    z-offsets; positions partially (the cell choice is piecewise constant).
+    continuous placement (almost everywhere; forward only in hard mode).
 
     ```python
     stars = progenax.gravoturb.star_builder(jax.random.PRNGKey(0), n=1000, mach=5.0, pdf_slope=2.0)

@@ -141,6 +141,10 @@ class PowerLawIMF(eqx.Module):
         log_ratio = log1p_frac_over_x(v, 1.0 - self.slopes[k], jnp.log(hi / lo))
         return lo * jnp.exp(log_ratio)
 
+    def record(self) -> dict[str, Array]:
+        """What a built cluster's `params` record about this IMF."""
+        return {"imf_breaks": self.breaks, "imf_slopes": self.slopes}
+
     def _segment_index(self, m: Array) -> Array:
         k = jnp.searchsorted(self.breaks, m, side="right") - 1
         return jnp.clip(k, 0, self.slopes.shape[0] - 1)

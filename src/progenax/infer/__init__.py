@@ -1,5 +1,9 @@
 """Bayesian inference of cluster parameters with numpyro (unbinned and mock likelihoods, calibration)."""
 
+from .arviz import pair_plot as pair_plot
+from .arviz import posterior_summary as posterior_summary
+from .arviz import to_inference_data as to_inference_data
+from .arviz import write_posterior as write_posterior
 from .calibration import rank_statistic as rank_statistic
 from .calibration import rank_uniformity_test as rank_uniformity_test
 from .data import ObservedCluster as ObservedCluster
@@ -8,6 +12,8 @@ from .diagnostics import bulk_ess as bulk_ess
 from .diagnostics import print_recovery as print_recovery
 from .diagnostics import recovery_table as recovery_table
 from .diagnostics import split_r_hat as split_r_hat
+from .fit import FIT_MODELS as FIT_MODELS
+from .fit import fit_catalogue as fit_catalogue
 from .initialization import init_to_data as init_to_data
 from .king import king_default_priors as king_default_priors
 from .king import king_log_likelihood as king_log_likelihood
@@ -34,6 +40,14 @@ from .simulate import simulate_model as simulate_model
 from .simulate import simulate_plummer as simulate_plummer
 
 __all__ = [
+    # fitting a catalogue
+    "FIT_MODELS",
+    "fit_catalogue",
+    # ArviZ
+    "pair_plot",
+    "posterior_summary",
+    "to_inference_data",
+    "write_posterior",
     # models
     "plummer_model",
     "king_model",

@@ -5,12 +5,14 @@ or `.npz`; see `progenax.io.native` for the schema. `format=` ("gadget"/"swift",
 "nbody6"/"petar", "csv", "amuse", see `FORMATS`) picks an exchange format instead:
 `progenax.io.gadget`, `progenax.io.nbody`, `progenax.io.csv`, `progenax.io.amuse`
 (AMUSE particle sets, `to_amuse(ic)`; only when AMUSE is installed).
-`format_summary(ic)` describes a cluster in a few lines (what `progenax info` prints).
+`format_summary(ic)` describes a cluster in a few lines (what `progenax info` prints);
+`progenax.io.recipe` holds how a cluster was built (the recipe every file stores).
 Every writer is atomic (a temporary file beside the target, renamed over it:
 a failed or killed write leaves the old file) and refuses NaN or inf
 (`check_finite_arrays`).
 """
 
+from . import recipe as recipe
 from ._paths import check_finite_arrays as check_finite_arrays
 from .amuse import read_amuse as read_amuse
 from .amuse import to_amuse as to_amuse
@@ -55,4 +57,6 @@ __all__ = [
     # summaries
     "format_summary",
     "summary_line",
+    # recipes (`progenax build --config`, `progenax info`)
+    "recipe",
 ]

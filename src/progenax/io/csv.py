@@ -25,19 +25,23 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from .._version import __version__
 from ..state import InitialConditions, ParticleState
 from ..units import physical_units
 from ._paths import atomic_write, check_finite_arrays, writable_path
 
 COLUMNS = ("x_pc", "y_pc", "z_pc", "vx_kms", "vy_kms", "vz_kms", "mass_msun", "weight")
 HEADER = ",".join(COLUMNS)
+RECIPE_PREFIX = "# progenax "
 _FMT = "%.17g"
 
 
-def write_csv(ic, path: str | os.PathLike) -> Path:
+def write_csv(ic, path: str | os.PathLike, *, recipe: str | None = None) -> Path:
     """Write `ic` as a CSV table in pc, km/s, Msun with weights (module docstring).
 
-    Returns the path; raises `FileNotFoundError` if its directory is missing,
+    `recipe` (the build recipe as JSON text, `progenax.io.recipe`) goes on
+    a first comment line, `# progenax <version> recipe: {...}`, which
+    `read_csv` skips. Returns the path; raises `FileNotFoundError` if its directory is missing,
     `ValueError` if an array holds NaN or inf. The write is atomic
     (`progenax.io._paths.atomic_write`): a failed one leaves the old file.
     """
@@ -54,6 +58,8 @@ def write_csv(ic, path: str | os.PathLike) -> Path:
         ]
     )
     with atomic_write(path) as (temp,), open(temp, "w", newline="\n") as f:
+        if recipe is not None:
+            f.write(f"{RECIPE_PREFIX}{__version__} recipe: {recipe}\n")
         np.savetxt(f, table, fmt=_FMT, delimiter=",", header=HEADER, comments="")
     return path
 
@@ -69,7 +75,10 @@ def read_csv(path: str | os.PathLike, *, model: str = "csv"):
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     with open(path) as f:
-        header = [name.strip() for name in f.readline().strip().split(",")]
+        line = f.readline()
+        while line.startswith("#"):  # the recipe line of `write_csv`
+            line = f.readline()
+        header = [name.strip() for name in line.strip().split(",")]
         missing = [name for name in COLUMNS if name not in header]
         if missing:
             raise ValueError(f"{str(path)!r}: the header lacks the column(s) {', '.join(missing)} (expected {HEADER})")

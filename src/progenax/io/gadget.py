@@ -157,6 +157,7 @@ def write_gadget(
     particle_type: int | None = None,
     box_size: float = 0.0,
     gas=None,
+    recipe: str | None = None,
 ) -> Path:
     """Write `ic` as a Gadget/SWIFT HDF5 snapshot (see the module docstring).
 
@@ -170,6 +171,8 @@ def write_gadget(
       N-body particles; any of 0..5 is accepted for stars; gas must be 0.
     - `box_size`: `Header/BoxSize` in pc; 0 (default) means open boundaries.
     - `gas`: optional SPH gas written as `PartType0` next to the stars of `ic`.
+    - `recipe`: the build recipe (JSON text, `progenax.io.recipe`), kept as
+      the `progenax/recipe` attribute.
 
     **Returns:** the path.
 
@@ -213,11 +216,11 @@ def write_gadget(
     double = int(content[-1][1]["Coordinates"].dtype == np.float64)
 
     with atomic_write(path) as (temp,):
-        _write_snapshot(temp, content, counts, high, double, box, ic, gas)
+        _write_snapshot(temp, content, counts, high, double, box, ic, gas, recipe)
     return path
 
 
-def _write_snapshot(path: Path, content, counts, high, double: int, box: float, ic, gas) -> None:
+def _write_snapshot(path: Path, content, counts, high, double: int, box: float, ic, gas, recipe=None) -> None:
     """The snapshot's groups and datasets (see the module docstring), into `path`."""
     with h5py.File(path, "w") as f:
         h = f.create_group("Header")
@@ -259,6 +262,8 @@ def _write_snapshot(path: Path, content, counts, high, double: int, box: float, 
         if gas is not None:
             p.attrs["gas_model"] = gas.model.name
         p.attrs["progenax_version"] = str(__version__)
+        if recipe is not None:
+            p.attrs["recipe"] = recipe
 
 
 def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):

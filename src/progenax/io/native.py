@@ -80,6 +80,7 @@ arrays); each parameter under `parameters/<name>`.
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -194,7 +195,7 @@ def _check_format(format: str | None, path: Path) -> str:
     return {"swift": "gadget", "petar": "nbody6"}.get(format.lower(), format.lower())
 
 
-def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> Path:
+def write(ic, path: str | os.PathLike, format: str | None = None, *, recipe=None, **options) -> Path:
     """Write `ic` (an `InitialConditions`) to `path`.
 
     With `format=None` (default) the extension picks progenax's own format:
@@ -212,6 +213,12 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
       AMUSE's N-body units for a Henon cluster), `progenax.io.amuse.write_amuse`
       (option `units=`); needs AMUSE installed (`ImportError` otherwise).
 
+    `recipe` (a mapping, `progenax.io.recipe`): how `ic` was built, stored in
+    the file as JSON (the `recipe` attribute of our own schema and of a Gadget
+    file's `progenax` group, the NBODY6 sidecar's `recipe` entry, a first
+    comment line of a CSV; not in AMUSE files); `progenax.io.recipe.recipe_of`
+    reads it back.
+
     `ic` may also be SPH gas (a `GasCloud`): the own schema keeps its internal
     energies and smoothing lengths, as do "gadget" (`PartType0`) and "amuse".
 
@@ -224,19 +231,25 @@ def write(ic, path: str | os.PathLike, format: str | None = None, **options) -> 
     """
     path = Path(path)
     fmt = _check_format(format, path)
+    text = None if recipe is None else json.dumps(dict(recipe))
+    if fmt == "amuse":
+        return write_amuse(ic, path, **options)
+    if text is not None:
+        options["recipe"] = text
     if fmt == "gadget":
         return write_gadget(ic, path, **options)
     if fmt == "nbody6":
         return write_nbody6(ic, path, **options)
-    if fmt == "amuse":
-        return write_amuse(ic, path, **options)
+    options.pop("recipe", None)
     if options:
         raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
     if fmt == "csv":
-        return write_csv(ic, path)
+        return write_csv(ic, path, recipe=text)
     writable_path(path)
     check_finite_arrays(ic)
     arrays, attrs, params = _content(ic)
+    if text is not None:
+        attrs["recipe"] = text
     with atomic_write(path) as (temp,):
         if fmt == "hdf5":
             _write_hdf5(temp, arrays, attrs, params)

@@ -106,7 +106,7 @@ def table_checksum(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
+def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True, recipe: str | None = None) -> Path:
     """Write `ic` as an NBODY6 `fort.10` table in Henon units (see the module docstring).
 
     **Arguments:**
@@ -114,6 +114,8 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
     - `ic`: an `InitialConditions` (any units; converted with `ic.to_henon()`).
     - `path`: the table to write (overwritten); its directory must exist.
     - `sidecar`: also write the scales to `<path>.units.json` (default True).
+    - `recipe`: the build recipe (JSON text, `progenax.io.recipe`), kept in
+      the sidecar's `recipe` entry.
 
     **Returns:** the path of the table.
 
@@ -148,6 +150,8 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True) -> Path:
             np.savetxt(f, table, fmt=_FMT, delimiter=" ")
         if sidecar:
             meta = _sidecar(h, int(table.shape[0]), table_checksum(temps[0]), n_binaries)
+            if recipe is not None:
+                meta["recipe"] = json.loads(recipe)
             temps[1].write_text(json.dumps(meta, indent=2) + "\n")
     return path
 

@@ -21,20 +21,26 @@ from .._fusion import materialize
 from .._types import Array, ArrayLike
 from ..profiles.eff import (
     TRUNCATED_HALF_MASS_MESSAGE,
+    UNTRUNCATED_GAMMA_NOTE,
     eff_density,
     eff_mass_fraction,
     eff_sample_radii,
     eff_scale_radius,
     eff_velocity_dispersion,
     truncated_half_mass_unreachable,
+    untruncated_gamma_floor,
 )
 from ..sampling import isotropic_directions, uniform_open
 from ..units import G_PHYSICAL
 from ..validation import ParameterChecks
 from ._base import AbstractClusterModel, Interval, Parameter, optional_array
 
-UNTRUNCATED_GAMMA = Interval(2.0)
-"""gamma's support without r_t (finite mass); with r_t any gamma > 0."""
+
+def untruncated_gamma(dtype) -> Interval:
+    """gamma's support without r_t: finite mass needs gamma > 2, and a sample the
+    dtype can hold needs gamma > `untruncated_gamma_floor(dtype)` (2.153 in
+    float64, 2.544 in float32); with r_t any gamma > 0."""
+    return Interval(untruncated_gamma_floor(dtype))
 
 
 class EFF(AbstractClusterModel):
@@ -48,8 +54,8 @@ class EFF(AbstractClusterModel):
             "gamma",
             Interval(0.0),
             3.0,
-            "surface-density slope (> 2 untruncated, > 0 with r_t)",
-            audit=(3.0, (2.05, 12.0)),
+            "surface-density slope (> 2.153 untruncated in float64, > 2.544 in float32; > 0 with r_t)",
+            audit=(3.0, (2.25, 12.0)),
         ),
         Parameter("r_h", Interval(0.0), 1.0, "3D half-mass radius", "pc", audit=(1.0, (1e-3, 1e3))),
         Parameter("r_t", Interval(0.0), None, "truncation radius (None: untruncated)", "pc"),
@@ -65,7 +71,9 @@ class EFF(AbstractClusterModel):
     @classmethod
     def check_relations(cls, checks: ParameterChecks, values: dict[str, Any]) -> None:
         if values["r_t"] is None:
-            values["gamma"] = UNTRUNCATED_GAMMA.check(checks, "gamma", values["gamma"])
+            dtype = values["gamma"].dtype
+            note = UNTRUNCATED_GAMMA_NOTE.format(dtype=dtype)
+            values["gamma"] = untruncated_gamma(dtype).check(checks, "gamma", values["gamma"], note)
         else:
             bad = truncated_half_mass_unreachable(values["r_h"], values["r_t"], values["gamma"])
             checks.condition(bad, TRUNCATED_HALF_MASS_MESSAGE)

@@ -21,13 +21,12 @@ $$ j(s) = s + \sum_r [s \ge c_r]\,\Delta_r, $$
 with $c_r$ the start of run $r$ in the virtual list and $\Delta_r$ the jump in
 offset between runs $r-1$ and $r$ (compares, no gather).
 
-**No neighbour is ever dropped.** `fold_candidates` walks the slots in chunks
-with a `lax.while_loop` whose trip count, $\lceil \max_i \mathrm{total}_i /
-\mathrm{chunk}\rceil$, is computed in-graph from the data: there is no capacity
-to overflow, inside `jit`, `scan` or `vmap` alike. Padding is the difference
-between each particle's candidate count and the largest one, rounded up to a
-chunk. The loop body is a fixed-shape (N, chunk) computation, differentiated
-by hand in `density.py`.
+**No neighbour is ever dropped.** The engine's slot loop (`engine.fold`) walks
+the slots in chunks with a `lax.while_loop` whose trip count, $\lceil \max_i
+\mathrm{total}_i / \mathrm{chunk}\rceil$ per workload group, is computed
+in-graph from the data: there is no capacity to overflow, inside `jit`, `scan`
+or `vmap` alike. Padding is the difference between each particle's candidate
+count and the largest one in its group, rounded up to a chunk.
 
 The number of cells is bounded statically (`max_cells`, default 4N), so memory
 is O(N) whatever the data: if the data spread too far for cells of the ideal
@@ -37,7 +36,6 @@ size, cells grow (more candidates per particle, still exact).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -84,24 +82,6 @@ class CellList(eqx.Module):
     @property
     def dim(self) -> int:
         return self.positions.shape[0]
-
-    def candidates(self, sorted_values: Array) -> Array:
-        """Per-particle values (..., N) in sorted order, laid out in candidate
-        index space so that `fold_candidates`' `j` can index them."""
-        return sorted_values if self.source is None else sorted_values[..., self.source]
-
-    def separation(self, x_i: Array, x_candidates: Array, j: Array) -> list[Array]:
-        """Components of x_i - x_j (minimum image if periodic).
-
-        `x_i` is (d, N, 1) and `x_candidates` is `candidates(positions)`."""
-        out = []
-        for axis in range(self.dim):
-            dx = x_i[axis] - x_candidates[axis][j]
-            if self.box is not None:
-                length = self.box[axis]
-                dx = dx - length * jnp.floor(dx / length + 0.5)
-            out.append(dx)
-        return out
 
 
 def _static_cells_per_axis(n: int, dim: int, k: int, kx: int, max_cells: int | None) -> tuple[int, ...]:
@@ -367,7 +347,7 @@ def candidate_counts(cells: CellList) -> Array:
 
 
 def slots_per_particle(cells: CellList, chunk: int, groups: int = 8) -> Array:
-    """Mean pair slots `fold_candidates` evaluates per particle (padding included)."""
+    """Mean pair slots `engine.fold` evaluates per particle (padding included)."""
     n = cells.size
     groups = max(1, min(int(groups), n))
     counts = candidate_counts(cells)[cells.by_workload]
@@ -375,82 +355,3 @@ def slots_per_particle(cells: CellList, chunk: int, groups: int = 8) -> Array:
     bounds = [min(g * size, n) for g in range(groups + 1)]
     slots = [(hi - lo) * (-(-jnp.max(counts[lo:hi]) // chunk) * chunk) for lo, hi in zip(bounds[:-1], bounds[1:])]
     return sum(slots) / n
-
-
-def fold_candidates(
-    cells: CellList,
-    pair_terms: Callable[[Array, Array, Array], tuple[Array, ...]],
-    n_terms: int,
-    dtype,
-    *,
-    chunk: int = 16,
-    groups: int = 8,
-) -> tuple[Array, ...]:
-    """Per-particle sums of `pair_terms` over every particle's candidates.
-
-    `pair_terms(i, j, valid)` gets the sorted indices `i` (M, 1) of a group of
-    particles, their candidate indices `j` (M, chunk) (for arrays made with
-    `cells.candidates`) and a mask `valid` (M, chunk) (padded slots point at
-    the particle itself), and returns `n_terms` partial sums, each (M,).
-
-    Particles are split into `groups` equal groups by candidate count
-    (`cells.by_workload`), and each group loops ceil(max count in group /
-    chunk) times, decided from the data in-graph: a few crowded particles do
-    not make every particle pay for their padding. Returns `n_terms` arrays
-    (N,) in sorted order.
-    """
-    n = cells.size
-    groups = max(1, min(int(groups), n))
-    size = -(-n // groups)
-    lanes = jnp.arange(chunk, dtype=jnp.int32)[None, :]
-    ends = jnp.cumsum(cells.run_length, axis=1)
-    # Candidate index = slot + offset inside a run; offsets as jumps at run starts.
-    run_start = ends - cells.run_length
-    offset = cells.run_begin - run_start
-    jump = jnp.diff(offset, axis=1, prepend=jnp.zeros_like(offset[:, :1]))
-    # Equal groups, the last padded with copies of particle 0 whose sums are
-    # dropped (scattered to index n, out of range).
-    pad = groups * size - n
-    members = jnp.concatenate([cells.by_workload, jnp.zeros(pad, jnp.int32)])
-    targets = jnp.concatenate([cells.by_workload, jnp.full(pad, n, jnp.int32)])
-
-    def one_group(g, outputs):
-        i = jax.lax.dynamic_slice(members, (g * size,), (size,))
-        sums = _fold_group(
-            i,
-            ends[i, -1],
-            run_start[i].T[:, :, None],
-            jump[i].T[:, :, None],
-            cells.self_index[i],
-            pair_terms,
-            n_terms,
-            dtype,
-            chunk,
-            lanes,
-        )
-        target = jax.lax.dynamic_slice(targets, (g * size,), (size,))
-        return tuple(o.at[target].set(v, mode="drop") for o, v in zip(outputs, sums))
-
-    # A loop over groups (not a Python loop) keeps one copy of the pair code
-    # in the compiled program.
-    outputs = tuple(jnp.zeros(n, dtype) for _ in range(n_terms))
-    return jax.lax.fori_loop(0, groups, one_group, outputs)
-
-
-def _fold_group(i, total, run_start, jump, self_index, pair_terms, n_terms, dtype, chunk, lanes):
-    """The slot loop for one group of particles (see `fold_candidates`)."""
-    n_steps = (jnp.max(total) + chunk - 1) // chunk
-    rows = i[:, None]
-
-    def body(state):
-        c, acc = state
-        slot = c * chunk + lanes  # (1, chunk)
-        j = slot + jnp.sum(jnp.where(slot[None] >= run_start, jump, 0), axis=0)
-        valid = slot < total[:, None]
-        j = jnp.where(valid, j, self_index[:, None])
-        terms = pair_terms(rows, j, valid)
-        return c + 1, tuple(a + t for a, t in zip(acc, terms))
-
-    init = tuple(jnp.zeros(i.shape[0], dtype) for _ in range(n_terms))
-    _, out = jax.lax.while_loop(lambda s: s[0] < n_steps, body, (jnp.int32(0), init))
-    return out

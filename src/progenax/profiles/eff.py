@@ -47,7 +47,9 @@ stores the per-node intermediates.
 
 from __future__ import annotations
 
-import equinox as eqx
+import functools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,7 +57,7 @@ from jax.scipy.special import gammaln
 
 from .._types import Array, ArrayLike
 from ..sampling import solve_increasing
-from ..validation import check_range
+from ..validation import check_range, error_if
 
 _N_TERMS = 64  # terms in each series (core and halo); see the module docstring
 _UNROLL = 4  # unrolling of the Horner scan (run time against compile time)
@@ -173,6 +175,43 @@ def _log_angles(t: Array) -> tuple[Array, Array, Array]:
     """sqrt(x), sqrt(y), ln y for t = ln(r/a): no overflow for any t."""
     ly = -jax.nn.softplus(2.0 * t)
     return jnp.exp(-0.5 * jax.nn.softplus(-2.0 * t)), jnp.exp(0.5 * ly), ly
+
+
+@functools.cache
+def untruncated_gamma_floor(dtype) -> float:
+    r"""Smallest $\gamma$ whose untruncated sample `eff_sample_radii` can hold in `dtype`.
+
+    The mass outside $r \gg a$ is $M(>r)/M \simeq (a/r)^{2b} / (b\,B(\tfrac32, b))$,
+    $b = (\gamma-2)/2$: as $\gamma \to 2$ the halo holds most of the mass at
+    astronomical radii. The largest uniform the sampler draws is
+    $1 - \epsilon$ (`sampling.uniform_open`, $\epsilon$ the dtype's machine
+    epsilon), and its radius must stay below $R\,a$ with $R = f_{max}^{1/3}$
+    ($f_{max}$ the largest float), so that squared distances stay finite in any
+    units with $a < f_{max}^{1/6}$. This holds for $\gamma$ above the root of
+    $-2b\ln R - \ln(b\,B(\tfrac32, b)) = \ln\epsilon$, rounded up to 3 decimals:
+    2.153 in float64 ($R = 5.6 \times 10^{102}$), 2.544 in float32
+    ($R = 7 \times 10^{12}$).
+    Below it a finite sample cannot be represented (float32 at $\gamma = 2.05$
+    gave 9% non-finite positions); give `r_t` to truncate instead.
+    """
+    info = np.finfo(dtype)
+    log_r, log_eps = math.log(float(info.max)) / 3.0, math.log(float(info.eps))
+
+    def too_heavy(b: float) -> bool:
+        log_mass = math.lgamma(1.5) + math.lgamma(b) - math.lgamma(b + 1.5)
+        return -2.0 * b * log_r - math.log(b) - log_mass > log_eps
+
+    lo, hi = 1e-8, 8.0  # too_heavy(lo) holds, too_heavy(hi) does not; monotone between
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if too_heavy(mid) else (lo, mid)
+    return math.ceil((2.0 + 2.0 * hi) * 1000.0) / 1000.0
+
+
+UNTRUNCATED_GAMMA_NOTE = (
+    " for an untruncated EFF sample in {dtype}: nearer gamma = 2 its halo reaches radii the dtype "
+    "cannot hold (see `progenax.profiles.eff.untruncated_gamma_floor`); pass r_t to truncate"
+)
 
 
 def _checked(gamma: ArrayLike, r_t: ArrayLike | None, **positive: ArrayLike) -> list[Array]:
@@ -333,7 +372,7 @@ def _halo_bracket(target_out: Array, b: Array, m_t: Array) -> Array:
 def _raise_if(x: Array, bad: Array, message: str) -> Array:
     """ValueError now if concrete, else `equinox.error_if` at run time."""
     if isinstance(bad, jax.core.Tracer):
-        return eqx.error_if(x, jnp.any(bad), message)
+        return error_if(x, jnp.any(bad), message)
     if bool(jnp.any(bad)):
         raise ValueError(message)
     return x
@@ -390,11 +429,17 @@ def eff_sample_radii(u: ArrayLike, gamma: ArrayLike, a: ArrayLike, r_t: ArrayLik
     is the log-odds $\ln(M(<r)/M(>r))$, nearly linear in $t$ at both ends, so the far
     halo ($r/a$ up to $10^{80}$ for $\gamma = 2.2$) keeps full relative precision in
     $1 - u$; truncated, it is $M(<r)/M$ itself, which reaches 1 at $r_t$.
+    Untruncated, `gamma` must exceed `untruncated_gamma_floor(dtype)` (2.153 in
+    float64, 2.544 in float32), below which the far halo cannot be represented.
 
     **Arguments:** `u` any shape; `gamma`, `a`, `r_t` scalars (vmap for more).
 
     **Returns:** radii with the shape of `u`.
     """
+    if r_t is None:  # first: at gamma -> 2 the scale radius a underflows, and its check would speak
+        dtype = jnp.dtype(jnp.result_type(float))
+        note = UNTRUNCATED_GAMMA_NOTE.format(dtype=dtype)
+        gamma = check_range("gamma", gamma, lower=untruncated_gamma_floor(dtype), note=note)
     gamma, r_t, a = _checked(gamma, r_t, a=a)
     if gamma.ndim or a.ndim or (r_t is not None and jnp.ndim(r_t)):
         raise ValueError("gamma, a and r_t must be scalars in eff_sample_radii (vmap for batches)")

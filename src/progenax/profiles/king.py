@@ -14,13 +14,14 @@ equation reads
 $$W'' + \frac{2}{r}W' = -9\,\frac{\hat\rho(W)}{\hat\rho(W_0)},\qquad W(0) = W_0,\ W'(0) = 0.$$
 
 **Method.** The equation is integrated in $s = \ln r$ for $(W, z = r^2 W', q)$,
-with $q$ the potential-energy integral $\int M\,dM/r$, by diffrax's Tsit5 with a
-fixed step list (`StepTo`) equal to the output grid: a log-spaced grid from
+with $q$ the potential-energy integral $\int M\,dM/r$, by Tsitouras' 5th-order
+Runge-Kutta method with one step per interval of the output grid
+(`progenax.profiles.ode.integrate_on_grid`): a log-spaced grid from
 $r_{\min} = 10^{-4}$ to `r_max`, started from the series
 $W = W_0 - \tfrac32 r^2 + \tfrac{27}{40}\,\frac{d\ln\hat\rho}{dW}\big|_{W_0} r^4$
 (the $r = 0$ singularity is never evaluated) and with the node $r = 0$ prepended.
 The number of steps is static, so the solve has a fixed cost and differentiates
-(reverse mode, through diffrax's checkpointed adjoint) with respect to $W_0$.
+(reverse mode, through the scan of steps) with respect to $W_0$.
 
 The right-hand side uses the clamped potential $\max(W, 0)$ (no mass where
 $W \le 0$), but the state keeps integrating past the edge, where $W$ goes negative
@@ -81,7 +82,6 @@ through `equinox.error_if` under jit) rather than returning a wrong $r_t$.
 
 from __future__ import annotations
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -91,7 +91,8 @@ from jax.scipy.special import gammainc, gammaln
 from .._types import Array, ArrayLike
 from ..kinematics.king_df import anisotropic_moments, kummer_1f1_neg
 from ..sampling import safe_divide, solve_increasing
-from ..validation import check_range, check_static_int
+from ..validation import check_range, check_static_int, error_if
+from .ode import integrate_on_grid
 
 G_MAX = 3.5
 """Models are finite only for g < 3.5 (Gieles & Zocchi 2015)."""
@@ -217,7 +218,7 @@ def solve_king_profile(
             return king_density_of_W(W, g) / rho0
         return anisotropic_density(W, g, r * r * inv_ra2) / rho0
 
-    def rhs(s, y, args):
+    def rhs(s, y):
         W, z, q = y
         r = jnp.exp(s)
         rho = density(W, r)
@@ -238,19 +239,7 @@ def solve_king_profile(
     q_start = 0.6 * m_start**2 / r1  # uniform sphere: int M dM / r = (3/5) M^2 / r
     y0 = (W_start, z_start.astype(dtype), jnp.asarray(q_start, dtype))
 
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs),
-        diffrax.Tsit5(),
-        t0=s_grid[0],
-        t1=s_grid[-1],
-        dt0=None,
-        y0=y0,
-        saveat=diffrax.SaveAt(ts=s_grid),
-        stepsize_controller=diffrax.StepTo(ts=s_grid),
-        max_steps=num_points,
-        adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=num_points),
-    )
-    W_nodes, z_nodes, q_nodes = sol.ys
+    W_nodes, z_nodes, q_nodes = integrate_on_grid(rhs, y0, s_grid)
 
     zero = jnp.zeros((1,), dtype)
     r = jnp.concatenate([zero, jnp.exp(s_grid)])
@@ -305,12 +294,13 @@ def solve_king_profile(
         beta=beta,
     )
     # Tied to every leaf, so the check fires whichever output a jitted caller keeps.
-    return eqx.error_if(profile, ~jnp.any(crossed), TOO_LARGE_MESSAGE)
+    return error_if(profile, ~jnp.any(crossed), TOO_LARGE_MESSAGE)
 
 
 TOO_LARGE_MESSAGE = (
     "W0 (or g) too large for the solver grid: the tidal radius lies beyond r_max "
-    "(lower W0 or g, raise ra, or increase r_max)"
+    "(1e5 King radii in the builders): lower W0 or g, or raise ra "
+    "(solve_king_profile also takes a larger r_max)"
 )
 
 
@@ -414,6 +404,19 @@ def king_radius_of_potential(profile: KingProfile, W: ArrayLike, *, num_steps: i
 
 
 # -- multi-mass models -----------------------------------------------------------
+MULTIMASS_R_MAX = 1e10
+"""Outer end of the multi-mass solver grid, in King radii of the *total* central
+density. The heaviest bin (it holds the IMF's massive tail) dominates the centre,
+so the light components reach far out in that unit: a Kroupa IMF in 8 bins at
+W0 = 6, delta = 0.5, n = 1e5 has r_t ~ 5e5 r_0, in 10 bins ~ 4.5e6 r_0, beyond
+the single-mass grid's 1e5. The 1024 nodes then span Delta ln r = 0.032."""
+
+MULTIMASS_TOO_LARGE_MESSAGE = (
+    "the multi-mass model's tidal radius lies beyond the solver grid (r_max, 1e10 King radii of the total "
+    "central density): lower W0, delta or mass_bins"
+)
+
+
 class MultiMassKingProfile(eqx.Module):
     r"""A solved multi-mass lowered-isothermal model (see `solve_multimass_king_profile`).
 
@@ -462,11 +465,11 @@ def _component_density(W: Array, W0: Array, g: Array, kappa: Array, b: Array) ->
 
 
 def _solve_multimass_ode(W0, g, kappa, b, s_grid, num_points):
-    """One diffrax solve for given central fractions kappa (sum 1) and scales b."""
+    """One profile solve for given central fractions kappa (sum 1) and scales b."""
     four_pi = 4.0 * np.pi
     dtype = s_grid.dtype
 
-    def rhs(s, y, args):
+    def rhs(s, y):
         W, z, q, m = y
         r = jnp.exp(s)
         rho_j = _component_density(W, W0, g, kappa, b)
@@ -483,19 +486,7 @@ def _solve_multimass_ode(W0, g, kappa, b, s_grid, num_points):
     m_start = -four_pi / 9.0 * z_start
     q_start = 0.6 * m_start**2 / r1
     y0 = (W_start, z_start.astype(dtype), jnp.asarray(q_start, dtype), (four_pi / 3.0 * r1**3) * kappa)
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs),
-        diffrax.Tsit5(),
-        t0=s_grid[0],
-        t1=s_grid[-1],
-        dt0=None,
-        y0=y0,
-        saveat=diffrax.SaveAt(ts=s_grid),
-        stepsize_controller=diffrax.StepTo(ts=s_grid),
-        max_steps=num_points,
-        adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=num_points),
-    )
-    return sol.ys
+    return integrate_on_grid(rhs, y0, s_grid)
 
 
 def solve_multimass_king_profile(
@@ -507,7 +498,7 @@ def solve_multimass_king_profile(
     *,
     num_iterations: int = 16,
     num_points: int = 1024,
-    r_max: float = 1e5,
+    r_max: float = MULTIMASS_R_MAX,
 ) -> MultiMassKingProfile:
     r"""Solve a multi-mass lowered-isothermal model (Gieles & Zocchi 2015, sect. 2.2).
 
@@ -520,7 +511,7 @@ def solve_multimass_king_profile(
     \frac{P(g + 3/2, b_j W)}{P(g + 3/2, b_j W_0)}\,\rho_0,\qquad \sum_j \kappa_j = 1.$$
 
     The central fractions $\kappa_j$ are found self-consistently: starting from
-    $\kappa_j \propto M_j$, each of `num_iterations` (static) diffrax solves rescales
+    $\kappa_j \propto M_j$, each of `num_iterations` (static) profile solves rescales
     $\kappa_j$ by (requested / achieved mass fraction). Heavier components are more
     concentrated, so the update contracts, by a factor ~3 per iteration for two
     components with m_2 / m_1 = 4 (measured: 1e-5 after 12, 6e-10 after 20); the
@@ -593,7 +584,7 @@ def solve_multimass_king_profile(
         b_j=b,
         mass_fraction_error=jnp.max(jnp.abs(safe_divide(achieved, target) - 1.0)),
     )
-    return eqx.error_if(profile, ~jnp.any(crossed), TOO_LARGE_MESSAGE)
+    return error_if(profile, ~jnp.any(crossed), MULTIMASS_TOO_LARGE_MESSAGE)
 
 
 def _half_radius(r: Array, mass: Array, dmass: Array, num_points: int) -> Array:

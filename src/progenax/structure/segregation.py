@@ -50,6 +50,18 @@ mass-segregation ratio). At fixed key the output jumps when two keys swap, so
 S is **partially differentiable**: a finite-difference check with a tiny step
 at fixed key does not see this gradient.
 
+**The half-mass radius is kept.** Moving the heavy stars onto the bound orbits
+shrinks the mass-weighted half-mass radius (a Plummer sphere of 10,000 Kroupa
+stars: 0.99 pc unsegregated, 0.65 at S = 0.5, 0.46 at S = 0.9), while the
+half-number radius stays. So that a builder's `r_h` is the half-mass radius of
+the cluster it returns at every S, the reassigned positions are scaled by
+$f = r_h^{\rm before} / r_h^{\rm after}$ (both mass-weighted 3D half-mass radii
+about `centre`, `progenax.diagnostics.half_mass_radius`) and the velocities by
+$f^{-1/2}$, which keeps $T/|W|$. The half-number radius then grows with S (1.00
+pc at S = 0, 1.53 at S = 0.5, 2.17 at S = 0.9 for that sphere). The factor is
+differentiable (sorted values, as everywhere here); `keep_half_mass_radius=False`
+returns the plain reassignment.
+
 Cost: two sorts and an (n, 128) array of neighbour sigmoids for the relaxed rank,
 about 100 MB in float64 at n = 1e5 (and as much again for its gradient).
 """
@@ -61,6 +73,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array, ArrayLike, Key, Masses, Positions, Velocities
+from ..diagnostics.radii import half_mass_radius
 from ..units import G_PHYSICAL
 from ..validation import ParameterChecks
 
@@ -169,6 +182,7 @@ def apply_segregation(
     temperature: ArrayLike = 1.0,
     G: ArrayLike = G_PHYSICAL,
     centre: ArrayLike | None = None,
+    keep_half_mass_radius: bool = True,
 ) -> tuple[Positions, Velocities]:
     r"""Reassign orbits to stars so that heavier stars are more bound.
 
@@ -181,6 +195,9 @@ def apply_segregation(
     - `segregation`: S in [0, 1) (not checked here; builders check it).
     - `temperature`: width of the relaxed ranking in units of the mean key
       spacing (smaller: closer to the hard ranking, noisier gradient).
+    - `keep_half_mass_radius` (static): scale the result so its mass-weighted
+      half-mass radius about `centre` is that of the input (velocities by the
+      inverse square root, keeping T/|W|); see the module docstring.
 
     **Returns:** `(positions, velocities)` of star i on its assigned orbit.
     See the module docstring for the assignment and its gradient.
@@ -210,4 +227,9 @@ def apply_segregation(
     v_sg = jax.lax.stop_gradient(velocities[by_energy])
     grow_r = _straight_through(_log_trend(jnp.sqrt(jnp.sum(x_sg**2, axis=-1))), t)
     grow_v = _straight_through(_log_trend(jnp.sqrt(jnp.sum(v_sg**2, axis=-1))), t)
-    return centre + x_new * (1.0 + grow_r)[:, None], v_new * (1.0 + grow_v)[:, None]
+    x_out, v_out = x_new * (1.0 + grow_r)[:, None], v_new * (1.0 + grow_v)[:, None]
+    if keep_half_mass_radius:
+        origin = jnp.zeros(3, dtype)
+        f = half_mass_radius(x, masses, centre=origin) / half_mass_radius(x_out, masses, centre=origin)
+        x_out, v_out = x_out * f, v_out / jnp.sqrt(f)
+    return centre + x_out, v_out

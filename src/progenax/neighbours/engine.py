@@ -1,0 +1,375 @@
+r"""The pair-sum engine: one slot loop, one reverse pass, for every pair sum.
+
+A pair sum gives every particle $i$
+
+$$S_i = \sum_{j \in C(i)} t^{\to i}(a_i, a_j, x_i - x_j)
+      + \sum_{k:\ i \in C(k)} t^{\to j}(a_k, a_i, x_k - x_i),$$
+
+with $C(i)$ the candidates the cell list (or banded lists) gives $i$, $a$ the
+per-particle features (positions "x", masses, smoothing lengths...) and a pair
+function returning the part that goes to the query ($t^{\to i}$, gathered) and
+the part that goes to its candidate ($t^{\to j}$, scattered; None for a pure
+gather such as the SPH density). The separation is the minimum image in a
+periodic box (`geometry.minimum_image`).
+
+`make_pair_sum(pair_fn, layout, symmetric=...)` returns the function
+`(lists, features) -> S (N, K)`, jax-md style: the static state (pair function,
+layout) is fixed once. Features are (N,) arrays, "x" (N, d), or scalars shared
+by every particle (no gather; their cotangent is a sum over pairs).
+
+**The slot loop** (`fold`): the runs of one particle are laid end to end as a
+virtual list; slot $s$ maps to candidate index $j(s) = s + \sum_r [s \ge
+c_r]\Delta_r$ (compares, no gather). Particles are split into `groups` equal
+groups by candidate count and each group loops $\lceil \max \mathrm{count} /
+\mathrm{chunk}\rceil$ times, a trip count computed in-graph: no capacity to
+overflow, inside `jit`, `scan` and `vmap` alike.
+
+**The reverse pass** (custom VJP, the one in the library): the cotangent
+$\bar S$ pulls back to the features through one more pass over the same
+candidates, differentiating the pair function with autodiff inside the loop,
+so the residuals are the features and the lists, O(N), whatever the number
+of pairs. Two forms:
+
+- scatter (default): $\partial/\partial a_i$ gathered to the query,
+  $\partial/\partial a_j$ scatter-added to the candidate. Exact for any
+  candidate lists (banded lists, where $j \in C(i)$ does not imply $i \in C(j)$).
+- `symmetric=True`: for one cell list with one reach, where every pair closer
+  than the reach is a candidate both ways and the pair function vanishes
+  (with its derivatives) beyond the reach. The scattered parts are then
+  gathered from the mirrored pair instead:
+  $\bar a_i = \sum_{j \in C(i)} [\partial_1 \phi(a_i, a_j) + \partial_2 \phi(a_j, a_i)]$
+  with $\phi(a_p, a_q) = \bar S_p \cdot t^{\to i}(a_p, a_q) + \bar S_q \cdot t^{\to j}(a_p, a_q)$,
+  and the forward pass gathers $t^{\to j}(a_j, a_i)$ likewise: no scatter at all.
+
+Only the cotangents that are asked for are computed. The reverse pass is plain
+array code, so a pair sum can sit inside a `lax.scan` that is itself
+differentiated. Forward mode (`jax.jvp`) is not defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+
+from .._types import Array
+from .cells import CellList
+from .geometry import separation, unsort
+from .layout import Layout
+
+PairFunction = Callable[[dict, dict, list], tuple]
+"""`pair_fn(a_i, a_j, dx) -> (to_i, to_j)`: features of the queries ((M, 1)
+per scalar feature, "x" a list of d arrays (M, 1)), of their candidates
+((M, C), d arrays (M, C)),
+shared scalars as they are, and the separations x_i - x_j (d arrays (M, C),
+minimum image). `to_i`, `to_j`: tuples of K arrays (M, C) (or one (M, C, K)),
+`to_j` None for a pure gather. Must be finite for coincident particles."""
+
+
+# -- the slot loop ---------------------------------------------------------------
+def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, groups: int, queries=None):
+    """Sum `terms(i, j, valid) -> (to_i, to_j, to_all)` over every candidate slot.
+
+    `i` (M, 1) are sorted indices of a group of queries, `j` (M, chunk) their
+    candidate indices (padded slots point at the query itself, `valid` False).
+    `to_i`: arrays (M, C) summed over C into the query's accumulator; `to_j`:
+    arrays (M, C) scatter-added at the candidate's sorted index; `to_all`:
+    scalars added to `summed`. Accumulators are tuples of (N,) arrays in
+    sorted order (scalars for `summed`). `queries`: the number of particles
+    with candidates, if known (a band's members): they come last in workload
+    order, so the groups before theirs are skipped.
+    """
+    n = cells.size
+    groups = max(1, min(int(groups), n))
+    size = -(-n // groups)
+    lanes = jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    first_group = 0 if queries is None else (n - queries) // size
+    # Equal groups, the last padded with copies of particle 0 whose sums are
+    # dropped (set at index n, out of range) and which get no slots.
+    pad = groups * size - n
+    members = jnp.concatenate([cells.by_workload, jnp.zeros(pad, jnp.int32)])
+    targets = jnp.concatenate([cells.by_workload, jnp.full(pad, n, jnp.int32)])
+    source = cells.source
+
+    def one_group(g, acc):
+        gathered, scattered, summed = acc
+        i = jax.lax.dynamic_slice(members, (g * size,), (size,))
+        real = g * size + jnp.arange(size) < n
+        lengths = cells.run_length[i]
+        ends = jnp.cumsum(lengths, axis=1)
+        run_start = ends - lengths
+        # Candidate index = slot + offset inside a run; offsets as jumps at run starts.
+        jump = jnp.diff(cells.run_begin[i] - run_start, axis=1, prepend=jnp.zeros_like(run_start[:, :1]))
+        total = jnp.where(real, ends[:, -1], 0)
+        starts, jumps = run_start.T[:, :, None], jump.T[:, :, None]
+        self_index = cells.self_index[i]
+        n_steps = (jnp.max(total) + chunk - 1) // chunk
+        rows = i[:, None]
+
+        def body(state):
+            c, local, scattered, summed = state
+            slot = c * chunk + lanes
+            j = slot + jnp.sum(jnp.where(slot[None] >= starts, jumps, 0), axis=0)
+            valid = slot < total[:, None]
+            j = jnp.where(valid, j, self_index[:, None])
+            to_i, to_j, to_all = terms(rows, j, valid)
+            local = tuple(a + jnp.sum(t, axis=1) for a, t in zip(local, to_i))
+            if to_j:
+                target = (j if source is None else source[j]).reshape(-1)
+                scattered = tuple(a.at[target].add(t.reshape(-1)) for a, t in zip(scattered, to_j))
+            summed = tuple(a + t for a, t in zip(summed, to_all))
+            return c + 1, local, scattered, summed
+
+        local0 = tuple(jnp.zeros(size, a.dtype) for a in gathered)
+        state = (jnp.int32(0), local0, scattered, summed)
+        _, local, scattered, summed = jax.lax.while_loop(lambda s: s[0] < n_steps, body, state)
+        target = jax.lax.dynamic_slice(targets, (g * size,), (size,))
+        gathered = tuple(a.at[target].set(v, mode="drop") for a, v in zip(gathered, local))
+        return gathered, scattered, summed
+
+    # A loop over groups (not a Python loop) keeps one copy of the pair code.
+    return jax.lax.fori_loop(first_group, groups, one_group, (gathered, scattered, summed))
+
+
+def each_list(lists, add, total):
+    """`total = add(cells, queries, total)` for one `CellList` or every non-empty
+    band of `Bands` (a loop: one copy of the pair code)."""
+    if isinstance(lists, CellList):
+        return add(lists, None, total)
+
+    def one_band(b, total):
+        cells = jax.tree_util.tree_map(lambda leaf: leaf[b], lists.cells)
+        return add(cells, lists.members[b], total)
+
+    def maybe(b, total):
+        return jax.lax.cond(lists.members[b] > 0, one_band, lambda b, total: total, b, total)
+
+    return jax.lax.fori_loop(0, lists.n_bands, maybe, total)
+
+
+# -- features ----------------------------------------------------------------------
+def _sorted_features(features: dict, cells: CellList):
+    """Per-particle features in sorted order and in candidate layout,
+    component-major ("x": (d, N)); scalars as they are."""
+    own, cand = {}, {}
+    for k, v in features.items():
+        if v.ndim == 0:
+            own[k] = cand[k] = v
+            continue
+        own[k] = v[cells.order].T if v.ndim == 2 else v[cells.order]
+        cand[k] = own[k] if cells.source is None else own[k][..., cells.source]
+    return own, cand
+
+
+def _at(features: dict, index: Array) -> dict:
+    """Each feature at `index` (M, C): scalars as they are, the positions as a
+    list of d gathers (one (d, M, C) gather costs more on the CPU)."""
+    out = {}
+    for k, v in features.items():
+        if v.ndim == 0:
+            out[k] = v
+        elif k == "x":
+            out[k] = [v[axis][index] for axis in range(v.shape[0])]
+        else:
+            out[k] = v[index]
+    return out
+
+
+def _components(t) -> tuple:
+    if t is None:
+        return ()
+    if isinstance(t, (tuple, list)):
+        return tuple(t)
+    return tuple(t[..., k] for k in range(t.shape[-1]))
+
+
+def _width(pair_fn, features: dict) -> tuple[int, int]:
+    """(K, K or 0): the widths of the pair function's gathered and scattered parts."""
+    dim = features["x"].shape[1]
+
+    def probe():
+        a = {k: (v if v.ndim == 0 else jnp.zeros((1, 1), v.dtype)) for k, v in features.items()}
+        a["x"] = [a["x"]] * dim
+        dx = [jnp.zeros((1, 1), features["x"].dtype)] * dim
+        return pair_fn(a, a, dx)
+
+    to_i, to_j = jax.eval_shape(probe)
+    return len(_components(to_i)), len(_components(to_j))
+
+
+# -- the pair sum and its reverse pass -----------------------------------------------
+def make_pair_sum(pair_fn: PairFunction, layout: Layout, *, symmetric: bool = False):
+    """The function `(lists, features) -> S (N, K)` summing `pair_fn` over the
+    candidates of `lists` (a `CellList` or `Bands`), with the engine's reverse
+    pass (see the module notes). `features` maps names to (N,) arrays, scalars,
+    and the positions "x" (N, d). `symmetric`: the gather-only form, for one
+    cell list whose reach covers the pair function's support."""
+    chunk, groups = int(layout.chunk), int(layout.groups)
+
+    def forward(lists, features):
+        k_i, k_j = _width(pair_fn, features)
+        n, dtype = features["x"].shape[0], features["x"].dtype
+
+        def add(cells, queries, total):
+            own, cand = _sorted_features(features, cells)
+
+            def terms(i, j, valid):
+                a_i, a_j = _at(own, i), _at(cand, j)
+                dx = separation(a_i["x"], a_j["x"], cells.box)
+                to_i, to_j = pair_fn(a_i, a_j, dx)
+                to_i = _components(to_i)
+                if symmetric and k_j:
+                    mirrored = pair_fn(a_j, a_i, [-d for d in dx])[1]
+                    to_i = tuple(a + b for a, b in zip(to_i, _components(mirrored)))
+                out_i = tuple(jnp.where(valid, t, 0.0) for t in to_i)
+                out_j = () if symmetric else tuple(jnp.where(valid, t, 0.0) for t in _components(to_j))
+                return out_i, out_j, ()
+
+            zeros = tuple(jnp.zeros(n, dtype) for _ in range(k_i))
+            scatter0 = () if symmetric else tuple(jnp.zeros(n, dtype) for _ in range(k_j))
+            gathered, scattered, _ = fold(
+                cells, terms, zeros, scatter0, (), chunk=chunk, groups=groups, queries=queries
+            )
+            result = jnp.stack(gathered, axis=1)
+            if scattered:
+                result = result + jnp.stack(scattered, axis=1)
+            return total + unsort(result, cells.order)
+
+        return each_list(lists, add, jnp.zeros((n, k_i), dtype))
+
+    def backward(lists, features, wanted, s_bar):
+        per = [k for k in wanted if features[k].ndim > 0]
+        shared = [k for k in wanted if features[k].ndim == 0]
+        dim = features["x"].shape[1]
+
+        def flat(d, keys):
+            out = []
+            for k in keys:
+                out.extend(d[k] if k == "x" else [d[k]])
+            return tuple(out)
+
+        def zeros_per():
+            n = features["x"].shape[0]
+            return tuple(jnp.zeros(n, features[k].dtype) for k in per for _ in range(dim if k == "x" else 1))
+
+        def add(cells, queries, total):
+            own, cand = _sorted_features(features, cells)
+            g_own, g_cand = _sorted_features({"g": s_bar}, cells)  # (K, N)
+            g_own, g_cand = g_own["g"], g_cand["g"]
+
+            def split(a):
+                return {k: a[k] for k in per}, {k: v for k, v in a.items() if k not in per}
+
+            def phi(a_p, a_q, dx, g_p, g_q, valid):
+                """The pair's weighted contribution with p the query."""
+                to_i, to_j = pair_fn(a_p, a_q, dx)
+                total = sum(t * g for t, g in zip(_components(to_i), g_p))
+                if to_j is not None:
+                    total = total + sum(t * g for t, g in zip(_components(to_j), g_q))
+                return jnp.sum(jnp.where(valid, total, 0.0))
+
+            def terms(i, j, valid):
+                a_i, a_j = _at(own, i), _at(cand, j)
+                g_i, g_j = g_own[:, i], g_cand[:, j]
+                var_i, fixed_i = split(a_i)
+                var_j, fixed_j = split(a_j)
+                common = {k: a_i[k] for k in shared}
+
+                if symmetric:
+                    # The pair and its mirror in one function of the query's
+                    # features, with one separation (so that XLA shares r and
+                    # the kernel between them); the shared scalars' cotangent
+                    # comes from the pair itself only (the mirror is the same
+                    # pair seen from j, counted when j is the query).
+                    def both(v_i, c):
+                        a_p = {**fixed_i, **v_i, **c}
+                        a_q = {**fixed_j, **var_j, **c}
+                        dx = separation(a_p["x"], a_q["x"], cells.box)
+                        mirror_c = jax.lax.stop_gradient(c)
+                        a_p2, a_q2 = {**a_p, **mirror_c}, {**a_q, **mirror_c}
+                        mirrored = phi(a_q2, a_p2, [-d for d in dx], g_j, g_i, valid)
+                        return phi(a_p, a_q, dx, g_i, g_j, valid) + mirrored
+
+                    d_i, d_c = jax.grad(both, argnums=(0, 1))(var_i, common)
+                    to_j = ()
+                else:
+
+                    def first(v_i, v_j, c):
+                        a_p = {**fixed_i, **v_i, **c}
+                        a_q = {**fixed_j, **v_j, **c}
+                        dx = separation(a_p["x"], a_q["x"], cells.box)
+                        return phi(a_p, a_q, dx, g_i, g_j, valid)
+
+                    d_i, d_j, d_c = jax.grad(first, argnums=(0, 1, 2))(var_i, var_j, common)
+                    to_j = flat(d_j, per)
+                # Gathered entries of d_i are (M, 1): `fold` sums their one lane.
+                return flat(d_i, per), to_j, tuple(d_c[k] for k in shared)
+
+            zeros = zeros_per()
+            summed0 = tuple(jnp.zeros((), features[k].dtype) for k in shared)
+            gathered, scattered, summed = fold(
+                cells, terms, zeros, () if symmetric else zeros, summed0, chunk=chunk, groups=groups, queries=queries
+            )
+            if scattered:
+                gathered = tuple(g + s for g, s in zip(gathered, scattered))
+            per_total, shared_total = total
+            per_total = tuple(t + unsort(g, cells.order) for t, g in zip(per_total, gathered))
+            return per_total, tuple(t + s for t, s in zip(shared_total, summed))
+
+        init_per = zeros_per()
+        init_shared = tuple(jnp.zeros((), features[k].dtype) for k in shared)
+        per_total, shared_total = each_list(lists, add, (init_per, init_shared))
+        out, at = {}, 0
+        for k in per:
+            if k == "x":
+                out[k] = jnp.stack(per_total[at : at + dim], axis=1)
+                at += dim
+            else:
+                out[k] = per_total[at]
+                at += 1
+        out.update(zip(shared, shared_total))
+        return out
+
+    @jax.custom_vjp
+    def pair_sum(lists, features):
+        return forward(lists, features)
+
+    def pair_sum_fwd(lists, features):
+        lists = jax.tree_util.tree_map(lambda p: p.value, lists, is_leaf=_is_primal)
+        values = {k: p.value for k, p in features.items()}
+        # Which cotangents are wanted, kept as tree structure (() yes, None no).
+        want = {k: (() if p.perturbed else None) for k, p in features.items()}
+        return forward(lists, values), (lists, values, want)
+
+    def pair_sum_bwd(residuals, s_bar):
+        lists, features, want = residuals
+        wanted = sorted(k for k, w in want.items() if w is not None)
+        lists_bar = jax.tree_util.tree_map(_zero_cotangent, lists)
+        if isinstance(s_bar, SymbolicZero) or not wanted:
+            grads = {}
+        else:
+            grads = backward(lists, features, wanted, s_bar)
+        return lists_bar, {k: grads.get(k, jnp.zeros_like(v)) for k, v in features.items()}
+
+    pair_sum.defvjp(pair_sum_fwd, pair_sum_bwd, symbolic_zeros=True)
+
+    def checked(lists, features):
+        features = dict(features)
+        if "x" not in features or jnp.ndim(features["x"]) != 2:
+            raise ValueError("features must hold the positions as 'x' with shape (N, d)")
+        return pair_sum(lists, features)
+
+    return checked
+
+
+def _is_primal(x) -> bool:
+    return hasattr(x, "perturbed") and hasattr(x, "value")
+
+
+def _zero_cotangent(leaf):
+    if jnp.issubdtype(leaf.dtype, jnp.floating):
+        return jnp.zeros_like(leaf)
+    return np.zeros(leaf.shape, jax.dtypes.float0)
