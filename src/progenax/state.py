@@ -6,8 +6,8 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from ._types import Array, Masses, Positions, Scalar, Velocities, Weights
-from .diagnostics.energy import potential_energy
-from .models import AbstractClusterModel, model_from_record
+from .diagnostics.energy import EXACT_MAX_N, potential_energy
+from .models import AbstractClusterModel, is_spherical, model_from_record
 from .units import Units, check_henon_count, henon_units, physical_units
 
 
@@ -73,6 +73,16 @@ class InitialConditions(eqx.Module):
         parameters (`progenax.models.model_from_record`), in physical units."""
         return cls(state, weights, name, params, units, None if pairs is None else jnp.asarray(pairs))
 
+    @property
+    def energy_method(self) -> str:
+        """The `potential_energy` method for this cluster: "auto" (exact up to
+        `EXACT_MAX_N` stars, the mesh above) unless its model is spherical
+        (`models.is_spherical`), where the spherical estimate (0.1%) replaces
+        the mesh above `EXACT_MAX_N` at a fraction of its cost."""
+        if is_spherical(self.model) and self.state.masses.shape[0] > EXACT_MAX_N:
+            return "spherical"
+        return "auto"
+
     def to_henon(self) -> InitialConditions:
         """Convert to Henon units: G = M = 1, length unit the virial radius.
 
@@ -92,7 +102,7 @@ class InitialConditions(eqx.Module):
         m = s.masses * phys.weights
         mtot = jnp.sum(m)
         systems = phys.systems()
-        w = potential_energy(systems.positions, systems.masses, G=phys.units.G)
+        w = potential_energy(systems.positions, systems.masses, G=phys.units.G, method=phys.energy_method)
         r_v = phys.units.G * mtot**2 / (2.0 * jnp.abs(w))
         return _rescale(phys, henon_units(mtot, r_v))
 

@@ -1,3 +1,4 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -5,6 +6,8 @@ import pytest
 
 from progenax import plummer_builder
 from progenax.diagnostics import kinetic_energy, potential_energy, virial_ratio
+from progenax.diagnostics.energy import EXACT_MAX_N
+from progenax.models import RecordedModel
 
 
 def _brute_potential(x, m):
@@ -181,3 +184,17 @@ def test_mesh_matches_exact_large(model, n):
         x, m = s.positions, s.masses
     exact = potential_energy(x, m, method="exact")
     assert abs(float(potential_energy(x, m, method="mesh") / exact) - 1) < MESH_RTOL
+
+
+def test_a_clusters_energy_method_follows_its_model():
+    """Above EXACT_MAX_N, W of a spherical model's cluster uses the spherical
+    estimate (fast), any other cluster the mesh ("auto"), e.g. in `to_henon` and
+    the command line's summary."""
+    large = plummer_builder(0, n=EXACT_MAX_N + 1, imf="equal")
+    assert large.energy_method == "spherical"
+    multimass = eqx.tree_at(lambda c: c.model, large, RecordedModel("king", {}, None))
+    assert multimass.energy_method == "spherical"
+    for other in (RecordedModel("fractal", {}, None), None):
+        clumpy = eqx.tree_at(lambda c: c.model, large, other, is_leaf=lambda x: x is None)
+        assert clumpy.energy_method == "auto"
+    assert plummer_builder(0, n=100, imf="equal").energy_method == "auto"

@@ -17,8 +17,9 @@ def _diagnostics(ic) -> dict[str, Any]:
     The half-mass radius, and the shells of the spherical W estimate above
     20,000 stars, are centred on the density centre (robust to the few far-out
     stars of heavy-tailed profiles).
-    Masses are weighted by the membership weights; Q uses
-    `virial_ratio(..., method="auto")` (exact pair sum up to 20,000 stars).
+    Masses are weighted by the membership weights; Q uses the exact pair sum
+    up to 20,000 stars, above it the spherical estimate for a cluster of a
+    spherical model and the mesh for any other (`InitialConditions.energy_method`).
     """
 
     s = ic.state
@@ -30,7 +31,11 @@ def _diagnostics(ic) -> dict[str, Any]:
         "weighted": bool(jnp.any(ic.weights != 1)),
         "mass": float(jnp.sum(m)),
         "r_h": float(half_mass_radius(s.positions, m, centre=centre)),
-        "Q": float(virial_ratio(s.positions, s.velocities, m, G=ic.units.G, centre=jnp.asarray(centre))),
+        "Q": float(
+            virial_ratio(
+                s.positions, s.velocities, m, G=ic.units.G, method=ic.energy_method, centre=jnp.asarray(centre)
+            )
+        ),
         "dtype": str(s.positions.dtype),
     }
 
@@ -51,7 +56,9 @@ def _binaries_line(ic) -> str | None:
     x = np.asarray(x)
     hard = float(np.mean(x > 0))
     systems = ic.systems()
-    q_systems = float(virial_ratio(systems.positions, systems.velocities, systems.masses, G=ic.units.G))
+    q_systems = float(
+        virial_ratio(systems.positions, systems.velocities, systems.masses, G=ic.units.G, method=ic.energy_method)
+    )
     return (
         f"{k} of {n_systems} systems ({k / n_systems:.3g}); hard (E_b > <m> sigma^2) {100 * hard:.1f}%, "
         f"median log10(E_b / <m> sigma^2) = {float(np.median(x)):.2f}; systems' Q = {q_systems:.4f}"

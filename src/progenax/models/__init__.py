@@ -14,6 +14,7 @@ from ._base import Parameter as Parameter
 from ._base import RecordedModel as RecordedModel
 from ._base import as_model as as_model
 from ._base import density_at as density_at
+from ._base import is_spherical as is_spherical
 from ._base import model_from_record as model_from_record
 from .common import BUILDER_PARAMETERS as BUILDER_PARAMETERS
 from .dehnen import Dehnen as Dehnen
@@ -25,6 +26,7 @@ from .plummer import Plummer as Plummer
 __all__ = [
     "BUILDER_PARAMETERS",
     "REGISTRY",
+    "is_spherical",
     "AbstractClusterModel",
     "Dehnen",
     "EFF",

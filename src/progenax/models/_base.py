@@ -277,6 +277,16 @@ def density_at(model: AbstractClusterModel, x: Array) -> Array:
     return model.density(safe_norm(x))
 
 
+def is_spherical(model: AbstractClusterModel | None) -> bool:
+    """Whether a cluster's model is one of the registered (spherical) models,
+    including a multi-mass King/LIMEPY recorded by name. A fractal or
+    gravoturbulent cluster, or a file without a model, is not: its potential
+    energy needs a method that works for substructure."""
+    if model is None:
+        return False
+    return model.name in REGISTRY if isinstance(model, RecordedModel) else True
+
+
 def model_from_record(name: str, params: dict[str, Any], total_mass=None, G: float = G_PHYSICAL):
     """Rebuild the model named `name` from recorded parameters (file readers).
 
