@@ -234,7 +234,7 @@ def run_audit(builders: list[str] | None = None, *, progress: bool | None = None
 
     `progress`: show a tqdm progress bar on stderr (None: only when stderr is a
     terminal, so `progenax audit` shows one and logs stay clean)."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # only when the audit runs (`import progenax` loads this module)
 
     _load_registry()
     entries = [e for e in REGISTRY if builders is None or e.builder in builders]

@@ -61,6 +61,8 @@ def pair_plot(
 ) -> Path:
     """Corner plot of the posterior (`az.plot_pair`, with marginals), the true
     values marked when given, saved as a PNG at `path`."""
+    # matplotlib loads only to draw (start-up time), with the Agg backend chosen
+    # before pyplot is imported.
     import matplotlib
 
     matplotlib.use("Agg")
