@@ -5,7 +5,19 @@ import os
 import shutil
 import tempfile
 
-import jax
+# XLA's CPU compiler with its legacy loop emitters instead of the newer fusion
+# emitters: measured on tests/test_king_builder.py, 25% less CPU time (the suite
+# is mostly compiles). Set before jax makes its CPU client. Numerics are IEEE in
+# both; transcendental functions may round differently in the last bit, so the
+# bit-for-bit output hashes are computed in a subprocess with the default flags
+# (tests/builders/test_output_hashes.py), as users' programs run.
+# PROGENAX_TEST_XLA_FLAGS=default runs the whole suite with the defaults.
+if os.environ.get("PROGENAX_TEST_XLA_FLAGS") != "default":
+    _flags = os.environ.get("XLA_FLAGS", "")
+    if "--xla_cpu_use_fusion_emitters" not in _flags:
+        os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

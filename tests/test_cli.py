@@ -562,6 +562,22 @@ def test_no_compile_cache_flag_leaves_the_cache_off(monkeypatch, tmp_path, capsy
     assert not (tmp_path / "cache").exists() and jax.config.jax_compilation_cache_dir == before
 
 
+def test_an_entry_without_access_time_gets_one(tmp_path):
+    # A folder filled without JAX's size cap has `-cache` entries only; with the
+    # cap, JAX reads every entry's `-atime` before each write and fails on the first missing one.
+    from progenax.cli import add_missing_access_times
+
+    old = tmp_path / "jit_f-abc-cache"
+    old.write_bytes(b"program")
+    kept = tmp_path / "jit_g-def-atime"
+    kept.write_bytes((7).to_bytes(8, "little"))
+    (tmp_path / "jit_g-def-cache").write_bytes(b"program")
+    add_missing_access_times(tmp_path)
+    written = int.from_bytes((tmp_path / "jit_f-abc-atime").read_bytes(), "little")
+    assert written == old.stat().st_mtime_ns
+    assert int.from_bytes(kept.read_bytes(), "little") == 7
+
+
 @pytest.mark.slow
 def test_second_build_loads_its_programs_from_the_cache(tmp_path):
     # Two fresh processes: the first fills the cache, the second adds nothing

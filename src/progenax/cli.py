@@ -639,6 +639,7 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path | None:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None  # a read-only home: build without the cache rather than fail
+    add_missing_access_times(directory)
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     # JAX evicts the least recently used entries above this size: a program with
@@ -646,6 +647,24 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path | None:
     # address in its key, so it misses in every new process and would pile up.
     jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     return directory
+
+
+def add_missing_access_times(directory: Path) -> None:
+    """Give every entry of a cache folder the access-time file JAX's size cap needs.
+
+    JAX writes `KEY-atime` beside `KEY-cache` only while a size cap is set, and
+    with a cap every write first reads the access time of every entry: one
+    entry written without a cap (by an older progenax, or by a program that
+    shares the folder) makes every later write fail with a warning. The entry's
+    modification time stands in for its last access.
+    """
+    try:
+        for entry in directory.glob("*-cache"):
+            atime = entry.with_name(entry.name.removesuffix("-cache") + "-atime")
+            if not atime.exists():
+                atime.write_bytes(entry.stat().st_mtime_ns.to_bytes(8, "little"))
+    except OSError:
+        pass  # a folder we cannot write: JAX's own writes will fail (and say so) too
 
 
 def _report(prog: str, err: BaseException, status: int = EXIT_USAGE) -> int:

@@ -7,7 +7,9 @@ output regenerates the file with
 
     python tests/builders/test_output_hashes.py --record
 
-and says so in the changelog. The hashes hold for this jax/XLA version on x86-64
+and says so in the changelog. The test computes the hashes in a subprocess with
+XLA's default flags, as a user's program runs (the suite compiles with faster,
+test-only flags: tests/conftest.py). The hashes hold for this jax/XLA version on x86-64
 CPU in float64: a different XLA may round differently, which is why the jax
 version is stored beside them and a mismatch there skips rather than fails.
 """
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import jax
@@ -27,6 +31,7 @@ jax.config.update("jax_enable_x64", True)
 
 import progenax  # noqa: E402
 
+TEST_ONLY_XLA_FLAG_PREFIXES = ("--xla_cpu_use_fusion_emitters",)
 FIXTURE = pathlib.Path(__file__).parent.parent / "data" / "builder_hashes.json"
 KEYS = (0, 12345)
 N = 300
@@ -66,35 +71,60 @@ def _recorded() -> dict:
     return json.loads(FIXTURE.read_text())
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_builder_output_is_bit_identical(name):
-    recorded = _recorded()
-    if recorded["jax"] != jax.__version__:
-        pytest.skip(f"hashes recorded with jax {recorded['jax']}, running {jax.__version__}")
-    for key in KEYS:
-        assert output_hash(name, key) == recorded["hashes"][name][str(key)], (name, key)
-
-
-def test_gas_cloud_output_is_bit_identical():
-    recorded = _recorded()
-    if recorded["jax"] != jax.__version__:
-        pytest.skip(f"hashes recorded with jax {recorded['jax']}, running {jax.__version__}")
-    for key in KEYS:
-        gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(key), n=N, grid=16)
-        digest = _digest(gas.state.positions, gas.state.velocities, gas.state.masses)
-        assert digest == recorded["hashes"]["gravoturb_cloud"][str(key)], key
-
-
-def record() -> None:
+def compute_all() -> dict:
+    """Every case's hash at every key, and the gravoturb gas cloud's."""
     hashes = {name: {str(k): output_hash(name, k) for k in KEYS} for name in sorted(CASES)}
     cloud = {}
     for k in KEYS:
         gas = progenax.gravoturb.cloud_builder(jax.random.PRNGKey(k), n=N, grid=16)
         cloud[str(k)] = _digest(gas.state.positions, gas.state.velocities, gas.state.masses)
     hashes["gravoturb_cloud"] = cloud
+    return hashes
+
+
+def _default_xla_flags() -> str:
+    """XLA_FLAGS less the compile-time flags the suite adds (tests/conftest.py)."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return " ".join(f for f in flags if not f.startswith(TEST_ONLY_XLA_FLAG_PREFIXES))
+
+
+@pytest.fixture(scope="module")
+def computed() -> dict:
+    """The hashes as a user's process computes them: in a fresh interpreter with
+    XLA's default flags (the suite itself compiles with its faster legacy CPU
+    emitters, whose transcendental functions round differently in the last bit)."""
+    env = {**os.environ, "XLA_FLAGS": _default_xla_flags()}
+    result = subprocess.run([sys.executable, __file__, "--print"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    recorded = _recorded()
+    if recorded["jax"] != jax.__version__:
+        pytest.skip(f"hashes recorded with jax {recorded['jax']}, running {jax.__version__}")
+    return recorded["hashes"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_builder_output_is_bit_identical(name, computed, recorded):
+    for key in KEYS:
+        assert computed[name][str(key)] == recorded[name][str(key)], (name, key)
+
+
+def test_gas_cloud_output_is_bit_identical(computed, recorded):
+    for key in KEYS:
+        assert computed["gravoturb_cloud"][str(key)] == recorded["gravoturb_cloud"][str(key)], key
+
+
+def record() -> None:
+    hashes = compute_all()
     FIXTURE.write_text(json.dumps({"jax": jax.__version__, "n": N, "hashes": hashes}, indent=1) + "\n")
     print(f"wrote {FIXTURE}")
 
 
 if __name__ == "__main__" and "--record" in sys.argv:
     record()
+elif __name__ == "__main__" and "--print" in sys.argv:
+    print(json.dumps(compute_all()))

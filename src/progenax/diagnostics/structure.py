@@ -45,15 +45,12 @@ gradient flows through the lengths of the chosen edges.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import minimum_spanning_tree
-from scipy.spatial import Delaunay, QhullError
-from scipy.special import gammaln
 
 from .._types import Array, ArrayLike, Key, Scalar
 from ..validation import check_static_int
@@ -83,6 +80,13 @@ def mst_edge_lengths(points: ArrayLike) -> np.ndarray:
     points are degenerate (all collinear), the complete graph. Coincident points give 0-length
     edges.
     """
+    # scipy's graph and Qhull modules are imported here, not at module level:
+    # they add a large part of `import progenax` and only this forward-only
+    # diagnostic needs them.
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial import Delaunay, QhullError
+
     x = np.asarray(points, dtype=np.float64)
     n = x.shape[0]
     if n < 2:
@@ -156,8 +160,8 @@ def q_parameter(positions: ArrayLike, *, los: int = 2, seed: int = 0) -> float:
 
 def _knn_poisson_constant(k: int) -> float:
     """Mean of the 1st..k-th neighbour distance of a 2D Poisson field, x sqrt(rho)."""
-    j = np.arange(1, k + 1)
-    return float(np.mean(np.exp(gammaln(j + 0.5) - gammaln(j)) / np.sqrt(np.pi)))
+    ratios = [math.exp(math.lgamma(j + 0.5) - math.lgamma(j)) for j in range(1, k + 1)]
+    return float(np.mean(ratios) / math.sqrt(math.pi))
 
 
 def q_parameter_knn(positions: Array, *, k: int = 1, los: int = 2) -> Scalar:

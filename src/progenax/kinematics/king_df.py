@@ -207,33 +207,50 @@ def sample_speed_fraction(
     x = W / W_step
     i = jnp.clip(jnp.floor(jax.lax.stop_gradient(x)), 0, num_W - 2).astype(jnp.int32)
     a = x - i
-    b00 = (1 + 2 * a) * (1 - a) ** 2
-    b10 = a * (1 - a) ** 2 * W_step
-    b01 = a**2 * (3 - 2 * a)
-    b11 = a**2 * (a - 1) * W_step
+    hermite = ((1 + 2 * a) * (1 - a) ** 2, a * (1 - a) ** 2 * W_step, a**2 * (3 - 2 * a), a**2 * (a - 1) * W_step)
+    # The four tables side by side, so each lookup is one gather (and its
+    # transpose one scatter): separate lookups of each table at each corner made
+    # this sampler most of a King builder's compile time.
+    values = jnp.stack([table.cdf, table.cdf_W, table.pdf, table.pdf_W], axis=-1)
 
-    def at(arr, row, col):
-        return arr[row, col] if component is None else arr[component, row, col]
+    def corners(tables, j, width):
+        """tables[(component,) i..i+1, j..j+width-1, :] per star: shape u.shape + (2, width, F)."""
+        size = (2, width, tables.shape[-1])
+        if component is None:
+            take = jax.vmap(lambda r, c: jax.lax.dynamic_slice(tables, (r, c, jnp.int32(0)), size))
+            block = take(i.ravel(), j.ravel())
+        else:
+            take = jax.vmap(lambda k, r, c: jax.lax.dynamic_slice(tables, (k, r, c, jnp.int32(0)), (1, *size))[0])
+            block = take(jnp.broadcast_to(component, u.shape).ravel(), i.ravel(), j.ravel())
+        return block.reshape(u.shape + size)
 
-    def patch(values, slopes, j):
-        return b00 * at(values, i, j) + b10 * at(slopes, i, j) + b01 * at(values, i + 1, j) + b11 * at(slopes, i + 1, j)
+    def patch(block, col, feature):
+        """The value (feature 0: C, 2: dC/dq) at the star's W in column `col` of the block."""
+        b00, b10, b01, b11 = hermite
+        return (
+            b00 * block[..., 0, col, feature]
+            + b10 * block[..., 0, col, feature + 1]
+            + b01 * block[..., 1, col, feature]
+            + b11 * block[..., 1, col, feature + 1]
+        )
 
     # Bisection for the cell: invariant C(lo) <= u < C(hi), valid since C(0) = 0, C(1) = 1.
     u_ng = jax.lax.stop_gradient(u)
-    cdf_ng, cdf_W_ng = jax.lax.stop_gradient(table.cdf), jax.lax.stop_gradient(table.cdf_W)
+    cdf_ng = jax.lax.stop_gradient(values[..., :2])
     lo = jnp.zeros(u.shape, jnp.int32)
     hi = jnp.full(u.shape, num_q, jnp.int32)
     for _ in range(int(np.ceil(np.log2(num_q)))):
         mid = (lo + hi) // 2
-        below = jax.lax.stop_gradient(patch(cdf_ng, cdf_W_ng, mid)) <= u_ng
+        below = jax.lax.stop_gradient(patch(corners(cdf_ng, mid, 1), 0, 0)) <= u_ng
         lo = jnp.where(below, mid, lo)
         hi = jnp.where(below, hi, mid)
     j = lo
     h = 1.0 / num_q
     qa = j.astype(u.dtype) * h
     qb = qa + h
-    Ca, Cb = patch(table.cdf, table.cdf_W, j), patch(table.cdf, table.cdf_W, j + 1)
-    Sa, Sb = patch(table.pdf, table.pdf_W, j), patch(table.pdf, table.pdf_W, j + 1)
+    block = corners(values, j, 2)
+    Ca, Cb = patch(block, 0, 0), patch(block, 1, 0)
+    Sa, Sb = patch(block, 0, 2), patch(block, 1, 2)
 
     def cdf(q):
         tt = (q - qa) / h

@@ -19,32 +19,37 @@ mode differentiates the scan directly, storing each step's stages
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array
 
-_TABLEAU = diffrax.Tsit5.tableau
-# Stages 2..6 (c_i, row a_i of the tableau) and the 5th-order weights of stages
-# 1..6; the 7th stage's weight is 0 (first same as last).
-_NODES = tuple(float(c) for c in _TABLEAU.c[:5])
-_ROWS = tuple(tuple(float(a) for a in row) for row in _TABLEAU.a_lower[:5])
-_WEIGHTS = tuple(float(b) for b in _TABLEAU.b_sol[:6])
-if abs(float(_TABLEAU.b_sol[6])) != 0.0:  # pragma: no cover - a changed tableau
-    raise ImportError("the Tsit5 tableau's last weight is not 0: update progenax.profiles.ode")
 
+@functools.cache
+def _tsit5_coefficients() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(stage matrix, stage nodes, 5th-order weights) of the Tsit5 tableau.
 
-# The stage matrix: row i holds the coefficients of stages 1..6 in the argument
-# of stage i + 1 (row 0 is stage 1's: all zero).
-_STAGE_MATRIX = np.zeros((6, 6))
-for _i, _row in enumerate(_ROWS):
-    _STAGE_MATRIX[_i + 1, : len(_row)] = _row
-_STAGE_NODES = np.concatenate([[0.0], _NODES])
+    Row i of the stage matrix holds the coefficients of stages 1..6 in the
+    argument of stage i + 1 (row 0 is stage 1's: all zero); the 7th stage's
+    weight is 0 (first same as last) and is dropped.
+    """
+    # Imported here, not at module level: diffrax (with lineax and optimistix)
+    # is the largest part of `import progenax`, and only a profile solve needs it.
+    import diffrax
+
+    tableau = diffrax.Tsit5.tableau
+    if abs(float(tableau.b_sol[6])) != 0.0:  # pragma: no cover - a changed tableau
+        raise RuntimeError("the Tsit5 tableau's last weight is not 0: update progenax.profiles.ode")
+    matrix = np.zeros((6, 6))
+    for i, row in enumerate(tableau.a_lower[:5]):
+        matrix[i + 1, : len(row)] = np.asarray(row, dtype=float)
+    nodes = np.concatenate([[0.0], np.asarray(tableau.c[:5], dtype=float)])
+    return matrix, nodes, np.asarray(tableau.b_sol[:6], dtype=float)
 
 
 def integrate_on_grid(rhs: Callable[[Array, Any], Any], y0: Any, ts: Array) -> Any:
@@ -64,9 +69,7 @@ def integrate_on_grid(rhs: Callable[[Array, Any], Any], y0: Any, ts: Array) -> A
     """
     leaves0, treedef = jax.tree.flatten(y0)
     dtype = jnp.result_type(*leaves0)
-    matrix = jnp.asarray(_STAGE_MATRIX, dtype)
-    nodes = jnp.asarray(_STAGE_NODES, dtype)
-    weights = jnp.asarray(_WEIGHTS, dtype)
+    matrix, nodes, weights = (jnp.asarray(c, dtype) for c in _tsit5_coefficients())
 
     def combine(y, h, coefficients, stages):
         return [leaf + h * jnp.tensordot(coefficients, k, axes=1) for leaf, k in zip(y, stages)]
