@@ -129,7 +129,7 @@ def _spy_builders(monkeypatch, small_cluster):
         return labelled(model.NAME)
 
     monkeypatch.setattr(recipe, "model_builder", spherical)
-    for name in ("fractal_builder", "king_builder", "limepy_builder"):
+    for name in ("fractal_builder", "king_builder", "limepy_builder", "star_builder"):
 
         def named(key, _name=name, **kwargs):
             calls.append((_name, kwargs))
@@ -495,6 +495,28 @@ def test_recipe_round_trip_rebuilds_identical_arrays(tmp_path, capsys):
     assert f"progenax {progenax.__version__}" in out
     argv = _rebuild_argv(out)
     assert argv[argv.index("-o") + 1] == str(first)
+    argv[argv.index("-o") + 1] = str(tmp_path / "again.h5")
+    assert _run(capsys, "build", *argv)[0] == 0
+    _same_arrays(pio.read(first), pio.read(tmp_path / "again.h5"))
+
+
+def test_gravoturb_flags_reach_star_builder(tmp_path, capsys, monkeypatch, small_cluster):
+    calls = _spy_builders(monkeypatch, small_cluster)
+    flags = ["--mach", 3.0, "--b", 0.6, "--threshold-kappa", 5.0, "--threshold-mode", "hard", "--grid", 16]
+    assert _run(capsys, "build", "gravoturb", *flags, "--geometry", "box", "-o", tmp_path / "g.npz")[0] == 0
+    ((name, kwargs),) = calls
+    assert name == "star_builder" and kwargs["Q"] is None  # the turbulent velocities as drawn
+    expected = dict(mach=3.0, b=0.6, kappa=5.0, threshold_mode="hard", grid=16, geometry="box")
+    assert {k: kwargs[k] for k in expected} == expected
+    code, _, err = _run(capsys, "build", "gravoturb", "--segregation", 0.3, "-o", tmp_path / "h.npz")
+    _assert_usage_error(code, err, "--segregation", "gravoturb", "--mach")
+
+
+def test_gravoturb_recipe_round_trip(tmp_path, capsys):
+    first = tmp_path / "first.h5"
+    flags = ["--n", 200, "--grid", 16, "--mach", 4.0, "--alpha", 2.7, "--seed", 2]
+    assert _run(capsys, "build", "gravoturb", *flags, "-o", first)[0] == 0
+    argv = _rebuild_argv(_run(capsys, "info", first)[1])
     argv[argv.index("-o") + 1] = str(tmp_path / "again.h5")
     assert _run(capsys, "build", *argv)[0] == 0
     _same_arrays(pio.read(first), pio.read(tmp_path / "again.h5"))

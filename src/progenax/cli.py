@@ -29,6 +29,7 @@ atomic); `audit` exits with 1 when a check fails.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ from . import io as pio
 from ._version import __version__
 from .builders import plummer_builder
 from .builders.fractal import PROFILES
+from .gravoturb import star_builder
 from .io import recipe as recipes
 from .io._paths import atomic_write
 from .io.amuse import require_amuse
@@ -351,6 +353,35 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="fractal: plummer (radii remapped onto a Plummer sphere, default) or box (the pure box fractal)",
     )
+    _add_gravoturb_flags(parser)
+
+
+def _add_gravoturb_flags(parser: argparse.ArgumentParser) -> None:
+    """`progenax.gravoturb.star_builder`'s keywords (its defaults in the help)."""
+    group = parser.add_argument_group("gravoturb: stars born in the dense gas of a turbulent cloud (experimental)")
+    defaults = {name: p.default for name, p in inspect.signature(star_builder).parameters.items()}
+    helps = {
+        "mach": "turbulent Mach number of the gas",
+        "pdf_slope": "slope of the power-law tail of the gas density PDF",
+        "b": "turbulent forcing parameter (1/3 solenoidal ... 1 compressive)",
+        "threshold_kappa": "sharpness of the star-formation threshold in ln density (star_builder's kappa)",
+        "threshold_mode": "sigmoid (differentiable) or hard threshold",
+        "grid": "cells per side of the turbulent field",
+        "r_cloud": "cloud radius, pc",
+        "sound_speed": "gas sound speed, km/s",
+        "dispersion": "stellar velocity dispersion about the gas flow, km/s",
+        "beta": "power spectrum slope of the density field",
+        "velocity_beta": "power spectrum slope of the velocity field",
+        "geometry": "sphere or box",
+    }
+    for key in recipes.GRAVOTURB_KEYS:
+        default = defaults[recipes.GRAVOTURB_RENAMED.get(key, key)]
+        choices = recipes.GRAVOTURB_CHOICES.get(key)
+        kind = None if choices else _positive_int if key == "grid" else float
+        shown = f"{default:.6g}" if isinstance(default, float) else default
+        group.add_argument(
+            recipes.flag(key), type=kind, choices=choices, default=None, help=f"{helps[key]} (default {shown})"
+        )
 
 
 def _add_structure_flags(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,9 @@ from ..binaries import PAIRINGS, BinaryPopulation
 from ..binaries.distributions import ECCENTRICITIES, MASS_RATIOS, PERIODS
 from ..builders import fractal_builder, king_builder, limepy_builder, model_builder
 from ..builders.fractal import PROFILES
+from ..gravoturb import star_builder
+from ..gravoturb.builders import IMF_ALPHA, PDF_SLOPE, THRESHOLD_MODES
+from ..gravoturb.cloud import GEOMETRIES
 from ..imf import ChabrierIMF, PowerLawIMF, kroupa, salpeter
 from ..models import REGISTRY
 from ..structure.tidal import MODES as TIDAL_MODES
@@ -37,7 +40,7 @@ from .csv import RECIPE_PREFIX
 from .native import _check_format
 from .nbody import sidecar_path
 
-MODELS = (*sorted(REGISTRY), "fractal")
+MODELS = (*sorted(REGISTRY), "fractal", "gravoturb")
 IMFS = ("kroupa", "salpeter", "equal", "chabrier", "power-law")
 UNITS = ("physical", "henon")
 MULTIMASS = ("king", "limepy")
@@ -46,6 +49,24 @@ COMMON_KEYS = ("model", "n", "seed", "Q", "units", "imf", "alpha")
 SEGREGATION_KEYS = ("segregation", "segregation_temperature")
 MULTIMASS_KEYS = ("mass_bins", "delta")
 FRACTAL_KEYS = ("D", "r_h", "profile")
+GRAVOTURB_KEYS = (
+    "mach",
+    "pdf_slope",
+    "b",
+    "threshold_kappa",
+    "threshold_mode",
+    "grid",
+    "r_cloud",
+    "sound_speed",
+    "dispersion",
+    "beta",
+    "velocity_beta",
+    "geometry",
+)
+GRAVOTURB_RENAMED = {"threshold_kappa": "kappa"}
+"""Recipe keys spelled differently from `star_builder`'s keywords: `kappa` is the
+tidal truncation's sharpness on the command line."""
+GRAVOTURB_CHOICES = {"threshold_mode": THRESHOLD_MODES, "geometry": GEOMETRIES}
 IMF_KEYS = {
     "kroupa": ("alpha", "m_min", "m_max"),
     "salpeter": ("m_min", "m_max"),
@@ -69,6 +90,8 @@ def model_keys(model: str) -> tuple[str, ...]:
     """The recipe keys the model (a name of `MODELS`) takes, besides the common ones."""
     if model == "fractal":
         return FRACTAL_KEYS + SEGREGATION_KEYS
+    if model == "gravoturb":
+        return GRAVOTURB_KEYS
     if model not in REGISTRY:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     own = tuple(p.name for p in REGISTRY[model].PARAMETERS)
@@ -186,6 +209,14 @@ def _builder_call(recipe: Mapping[str, Any]):
     kwargs["binaries"] = make_binaries(recipe)
     if model == "fractal":
         return fractal_builder, {**kwargs, "Q": _virial_ratio(recipe.get("Q", 0.5))}
+    if model == "gravoturb":
+        kwargs = {GRAVOTURB_RENAMED.get(k, k): v for k, v in kwargs.items()}
+        kwargs["alpha"] = recipe.get("alpha", IMF_ALPHA)
+        if "alpha" in recipe:
+            # --alpha is the IMF's slope, as star_builder's alpha is since 0.2.0; it warns
+            # about 0.1.0's meaning (pdf_slope) unless pdf_slope is passed as well.
+            kwargs["pdf_slope"] = np.float64(kwargs.get("pdf_slope", PDF_SLOPE))
+        return star_builder, {**kwargs, "Q": _virial_ratio(recipe.get("Q", "none"))}
     kwargs["Q"] = _virial_ratio(recipe.get("Q", REGISTRY[model].DEFAULT_Q))
     if model in MULTIMASS and "mass_bins" in recipe:
         return (king_builder if model == "king" else limepy_builder), kwargs
@@ -230,6 +261,9 @@ def build_from_recipe(recipe: Mapping[str, Any]):
     tidal = any(k in recipe for k in ("host_mass", "V_c", "r_t_tidal"))
     if recipe["model"] == "fractal" and recipe.get("profile", "plummer") not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {recipe['profile']!r}")
+    for key, choices in GRAVOTURB_CHOICES.items():
+        if key in recipe and recipe[key] not in choices:
+            raise ValueError(f"{key} must be one of {choices}, got {recipe[key]!r}")
     ic = builder(jax.random.PRNGKey(recipe.get("seed", 0)), units="physical" if tidal else units, **kwargs)
     if tidal:
         r_t = _tidal_radius(recipe, ic.state.masses.sum())
