@@ -124,6 +124,15 @@ def test_gadget_float32_and_foreign_file(tmp_path):
     np.testing.assert_allclose(np.asarray(back.state.positions), 1e3 * np.asarray(ic32.state.positions), rtol=1e-6)
 
 
+def test_gadget_snapshot_without_particles_says_so(tmp_path):
+    path = tmp_path / "empty.hdf5"
+    with h5py.File(path, "w") as f:
+        f.create_group("Header")
+        f.create_group("PartType4")  # a group, but no Coordinates in it
+    with pytest.raises(ValueError, match="holds no particles"):
+        gio.read_gadget(path)
+
+
 def test_gadget_refuses_soft_weights_and_bad_options(tmp_path):
     ic = _make_ic(weights=_soft_weights(123))
     with pytest.raises(ValueError, match="weights"):

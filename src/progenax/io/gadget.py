@@ -298,6 +298,8 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
         groups = [k for k in PARTICLE_TYPES if isinstance(f.get(f"PartType{k}"), h5py.Group)]
         if particle_type is None:
             filled = [k for k in groups if "Coordinates" in f[f"PartType{k}"]]
+            if not filled:
+                raise ValueError(f"{str(path)!r} holds no particles (no PartType group with Coordinates)")
             if len(filled) != 1:
                 raise ValueError(f"{str(path)!r} holds particles of types {filled}; pass particle_type= to choose one")
             ptype = filled[0]
