@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests" / "infer"))
 
 import test_sbc  # noqa: E402
 
-from progenax.infer import rank_uniformity_test  # noqa: E402
+from progenax.infer import rank_uniformity_test, sbc_rank_plot  # noqa: E402
 
 
 def main() -> None:
@@ -70,6 +70,9 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.output, dpi=120)
     args.output.with_suffix(".json").write_text(json.dumps(record))
+    ecdf = args.output.with_name(args.output.stem + "_ecdf.png")
+    sbc_rank_plot(ranks, num_draws, ecdf, title="King SBC: ECDF of the ranks minus uniform (99% band)")
+    print(f"wrote {ecdf}")
     print(f"wrote {args.output}")
 
 

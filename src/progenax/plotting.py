@@ -26,11 +26,21 @@ import numpy as np
 
 from .diagnostics.centre import density_centre
 from .imf import PowerLawIMF
+from .io._paths import atomic_write
 from .models import NoAnalyticFormError
 from .sph.relax import adaptive_density, model_density, smoothing_lengths, tracer_masses
 
 _POINTS_MAX_N = 5_000
 """Up to this many stars panel 1 draws points; above it, a 2D histogram."""
+
+
+def save_png(fig, path: str | os.PathLike, *, dpi: int = 110, **savefig_kwargs) -> Path:
+    """Save a matplotlib figure as a PNG at `path` atomically (through a temporary
+    file renamed over it: a failed or interrupted save leaves the old figure)."""
+    path = Path(path)
+    with atomic_write(path) as (temp,):
+        fig.savefig(temp, dpi=dpi, format="png", **savefig_kwargs)
+    return path
 
 
 def _numpy_cluster(ic) -> dict[str, Any]:
@@ -229,8 +239,7 @@ def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
         if not isinstance(v, str) and np.asarray(v).ndim == 0
     )
     fig.suptitle(f"{ic.model.name}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$" + (f"   ({params})" if params else ""))
-    fig.savefig(path, dpi=dpi, format="png")
-    return path
+    return save_png(fig, path, dpi=dpi)
 
 
 def relax_before_after(
@@ -289,5 +298,4 @@ def relax_before_after(
             title=f"{label}: slice |z| < r_h/4 ({int(sel.sum())} stars)",
         )
     fig.suptitle(f"{before.model.name}: N = {before.n}, relaxation")
-    fig.savefig(path, dpi=dpi, format="png")
-    return path
+    return save_png(fig, path, dpi=dpi)

@@ -2,6 +2,7 @@
 
 from .arviz import pair_plot as pair_plot
 from .arviz import posterior_summary as posterior_summary
+from .arviz import sbc_rank_plot as sbc_rank_plot
 from .arviz import to_inference_data as to_inference_data
 from .arviz import write_posterior as write_posterior
 from .calibration import rank_statistic as rank_statistic
@@ -45,6 +46,7 @@ __all__ = [
     "fit_catalogue",
     # ArviZ
     "pair_plot",
+    "sbc_rank_plot",
     "posterior_summary",
     "to_inference_data",
     "write_posterior",
