@@ -23,7 +23,8 @@ the public API only, so the same script times another checkout side by side
 (`PYTHONPATH=/path/to/other/src python benchmarks/builders.py --every-builder`).
 
 Fractal rows (no reference): `fractal_builder` (D = 1.6, Q = 0.5) after compile,
-which above 20,000 stars scales Q with the nested-mesh P3M W, and that W alone
+which above 20,000 stars scales Q with the nested-mesh P3M W; the fractal's own
+part (Kroupa masses, `box_fractal`, `remap_to_plummer`); and that W alone
 (`potential_energy(method="mesh")`), wall and process (CPU) time, median of
 repeats; the machine may be shared, so process time is printed too.
 """
@@ -35,6 +36,7 @@ import statistics
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 jax.config.update("jax_enable_x64", True)
@@ -172,21 +174,35 @@ def _timed(fn, repeats):
 
 
 def fractal_rows(sizes: list[int], repeats: int) -> None:
+    from progenax.builders._common import sample_masses
     from progenax.diagnostics import potential_energy
+    from progenax.structure.fractal import box_fractal, remap_to_plummer
 
     fractal_builder = progenax.fractal_builder
     print(
-        f"{'n':>9} {'fractal wall [s]':>17} {'cpu [s]':>8} {'mesh W wall [s]':>16} {'cpu [s]':>8}"
-        f" {'W mesh/spherical':>17}"
+        f"{'n':>9} {'fractal wall [s]':>17} {'cpu [s]':>8} {'box+remap wall [s]':>19} {'mesh W wall [s]':>16}"
+        f" {'cpu [s]':>8} {'W mesh/spherical':>17}"
     )
     for n in sizes:
         build = jax.jit(lambda key: fractal_builder(key, n=n, D=1.6, Q=0.5).state)
         b_wall, b_cpu = _timed(lambda i: build(jax.random.PRNGKey(i)), repeats)
         s = build(jax.random.PRNGKey(0))
+
+        # The fractal's own part: masses, box fractal and radial remap (no W).
+        @jax.jit
+        def positions(key):
+            k_m, k_f, _ = jax.random.split(key, 3)
+            masses = sample_masses(k_m, n, "kroupa", jnp.asarray(2.3))
+            return remap_to_plummer(box_fractal(k_f, n, 1.6)[0], masses, jnp.asarray(1.0))
+
+        p_wall, _ = _timed(lambda i: positions(jax.random.PRNGKey(i)), repeats)
         w = jax.jit(lambda x, m: potential_energy(x, m, method="mesh"))
         m_wall, m_cpu = _timed(lambda i: w(s.positions, s.masses), repeats)
         ratio = float(w(s.positions, s.masses) / potential_energy(s.positions, s.masses, method="spherical"))
-        print(f"{n:>9} {b_wall:>17.2f} {b_cpu:>8.2f} {m_wall:>16.2f} {m_cpu:>8.2f} {ratio:>17.3f}")
+        print(
+            f"{n:>9} {b_wall:>17.2f} {b_cpu:>8.2f} {p_wall:>19.2f} {m_wall:>16.2f} {m_cpu:>8.2f} {ratio:>17.3f}",
+            flush=True,
+        )
 
 
 EVERY_BUILDER = {
@@ -207,7 +223,7 @@ def every_builder_rows(sizes: list[int], repeats: int) -> None:
     for name, make in EVERY_BUILDER.items():
         for n in sizes:
             if name == "fractal" and n > 20_000:
-                print(f"{name:<16} {n:>8}  (skipped: about 100 s a build; see --fractal-only)")
+                print(f"{name:<16} {n:>8}  (skipped: the mesh W takes ~30 s at 1e5; see --fractal-only)")
                 continue
             compile_s, build_s, _ = compile_and_time(lambda key, make=make, n=n: make(key, n).state, repeats)
             print(f"{name:<16} {n:>8} {compile_s:>12.2f} {build_s:>10.3f}", flush=True)

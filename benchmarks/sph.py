@@ -18,6 +18,16 @@ For each N, dimension and backend a fresh process measures:
     python benchmarks/sph.py                       # 1e4, 1e5, 1e6; 2D and 3D
     python benchmarks/sph.py --sizes 1e4 1e5 --dims 2
     python benchmarks/sph.py --jax-md-max-3d 1e6   # jax-md in 3D at 1e6 too
+    python benchmarks/sph.py --baseline /tmp/old/src   # before vs after
+
+`--baseline DIR`: another checkout's source tree (the directory holding its
+`progenax` package, e.g. `git archive 3b3f0a4 src | tar -x -C /tmp/old`),
+imported beside this one as `progenax_baseline` (its imports are relative)
+and timed in the same process, its calls interleaved with this tree's (load
+on a shared machine changes between runs, not between neighbouring calls).
+The two rows then share one process: the baseline row's peak RSS is "-", the
+progenax row's that of both. The table adds the largest relative difference
+between the two gradients.
 
 jax-md runs up to N = 1e6 in 2D and 1e5 in 3D by default: in 2D at 1e6 it
 already needed 14 GB on the seed's machine, and its 3D list holds about 1.6
@@ -58,7 +68,34 @@ def _best_of(fn, repeats=3) -> float:
     return min(times)
 
 
-def run_progenax(n: int, dim: int) -> dict:
+def _interleaved(fns: dict, repeats: int) -> dict:
+    """Best of `repeats` calls of each function, the calls taken in turn
+    (a, b, a, b, ...) so that both see the same load."""
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: min(t) for name, t in times.items()}
+
+
+def _import_baseline(directory: str):
+    """The `progenax` package under `directory`, imported as `progenax_baseline`."""
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(directory) / "progenax"
+    spec = importlib.util.spec_from_file_location(
+        "progenax_baseline", root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["progenax_baseline"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_progenax(n: int, dim: int, baseline: str | None = None, repeats: int = 3) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -67,18 +104,25 @@ def run_progenax(n: int, dim: int) -> dict:
 
     L, h = _box(n, dim), H[dim]
     x = jax.random.uniform(jax.random.PRNGKey(0), (n, dim), jnp.float64) * L
+    losses = {"progenax": density_loss}
+    if baseline is not None:
+        losses["baseline"] = _import_baseline(baseline).sph.density_loss
 
-    def loss(x):
-        return density_loss(x, 1.0, h, RHO0, box=L)
+    compiled, compile_s = {}, {}
+    for name, fn in losses.items():
 
-    t0 = time.perf_counter()
-    forward = jax.jit(loss).lower(x).compile()
-    gradient = jax.jit(jax.grad(loss)).lower(x).compile()
-    compile_s = time.perf_counter() - t0
-    forward(x).block_until_ready()
-    fwd = _best_of(lambda: forward(x).block_until_ready())
-    gradient(x).block_until_ready()
-    grad = _best_of(lambda: gradient(x).block_until_ready())
+        def loss(x, fn=fn):
+            return fn(x, 1.0, h, RHO0, box=L)
+
+        t0 = time.perf_counter()
+        forward = jax.jit(loss).lower(x).compile()
+        gradient = jax.jit(jax.grad(loss)).lower(x).compile()
+        compile_s[name] = time.perf_counter() - t0
+        forward(x).block_until_ready()
+        gradient(x).block_until_ready()
+        compiled[name] = (forward, gradient)
+    fwd = _interleaved({k: (lambda f=f: f[0](x).block_until_ready()) for k, f in compiled.items()}, repeats)
+    grad = _interleaved({k: (lambda f=f: f[1](x).block_until_ready()) for k, f in compiled.items()}, repeats)
     peak = _peak_rss_gb()
 
     layout = LAYOUTS[dim]
@@ -90,15 +134,30 @@ def run_progenax(n: int, dim: int) -> dict:
         x_cells_per_reach=layout.x_cells_per_reach,
         chunk=layout.chunk,
     )
-    return {
-        "compile_s": compile_s,
-        "forward_s": fwd,
-        "gradient_s": grad,
-        "peak_gb": peak,
-        "slots": float(slots_per_particle(cells, layout.chunk, layout.groups)),
-        "pairs_read": float(jnp.mean(candidate_counts(cells))),
-        "loss": float(forward(x)),
+    out = {
+        "progenax": {
+            "compile_s": compile_s["progenax"],
+            "forward_s": fwd["progenax"],
+            "gradient_s": grad["progenax"],
+            "peak_gb": peak,
+            "slots": float(slots_per_particle(cells, layout.chunk, layout.groups)),
+            "pairs_read": float(jnp.mean(candidate_counts(cells))),
+            "loss": float(compiled["progenax"][0](x)),
+        }
     }
+    if baseline is not None:
+        g_new, g_old = compiled["progenax"][1](x), compiled["baseline"][1](x)
+        out["baseline"] = {
+            "compile_s": compile_s["baseline"],
+            "forward_s": fwd["baseline"],
+            "gradient_s": grad["baseline"],
+            "peak_gb": None,
+            "slots": None,
+            "pairs_read": None,
+            "loss": float(compiled["baseline"][0](x)),
+        }
+        out["progenax"]["gradient_rel_diff"] = float(jnp.max(jnp.abs(g_new - g_old)) / jnp.max(jnp.abs(g_old)))
+    return out
 
 
 def run_jax_md(n: int, dim: int) -> dict:
@@ -164,9 +223,9 @@ def run_jax_md(n: int, dim: int) -> dict:
     }
 
 
-def _case(backend: str, n: int, dim: int, timeout: float) -> dict:
+def _case(backend: str, n: int, dim: int, timeout: float, extra=()) -> dict:
     """Run one case in a fresh process (clean memory high-water mark)."""
-    cmd = [sys.executable, __file__, "--case", backend, str(n), str(dim)]
+    cmd = [sys.executable, __file__, "--case", backend, str(n), str(dim), *extra]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -188,6 +247,8 @@ def main(argv=None) -> None:
     parser.add_argument("--jax-md-max-2d", type=float, default=1e6, help="largest N run with jax-md in 2D")
     parser.add_argument("--jax-md-max-3d", type=float, default=1e5, help="largest N run with jax-md in 3D")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per case")
+    parser.add_argument("--baseline", help="another source tree (holding progenax/) to time alongside")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per function (best taken)")
     parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -196,7 +257,10 @@ def main(argv=None) -> None:
 
         jax.config.update("jax_enable_x64", True)
         backend, n, dim = args.case[0], int(args.case[1]), int(args.case[2])
-        result = run_progenax(n, dim) if backend == "progenax" else run_jax_md(n, dim)
+        if backend == "progenax":
+            result = run_progenax(n, dim, args.baseline, args.repeats)
+        else:
+            result = run_jax_md(n, dim)
         print(json.dumps(result))
         return
 
@@ -210,7 +274,9 @@ def main(argv=None) -> None:
     for dim in args.dims:
         neighbours = DENSITY * (math.pi * (2 * H[dim]) ** 2 if dim == 2 else 4 / 3 * math.pi * (2 * H[dim]) ** 3)
         for n in (int(s) for s in args.sizes):
-            rows = {"progenax": _case("progenax", n, dim, args.timeout)}
+            extra = ["--repeats", str(args.repeats)] + (["--baseline", args.baseline] if args.baseline else [])
+            rows = _case("progenax", n, dim, args.timeout, extra)
+            rows = {"progenax": rows} if "error" in rows else rows
             if n <= (args.jax_md_max_2d if dim == 2 else args.jax_md_max_3d):
                 rows["jax-md"] = _case("jax_md", n, dim, args.timeout)
             for name, r in rows.items():
@@ -220,7 +286,14 @@ def main(argv=None) -> None:
                 print(
                     f"{dim:>3} {n:>8} {name:<9} {_fmt(r['compile_s'], ' s'):>8} {_fmt(r.get('allocate_s'), ' s'):>8} "
                     f"{_fmt(r['forward_s'], ' s'):>8} {_fmt(r['gradient_s'], ' s'):>8} {_fmt(r['peak_gb'], ' GB'):>9} "
-                    f"{r['slots']:>14.1f} {r['pairs_read']:>10.1f} {neighbours:>10.1f}"
+                    f"{_fmt(r['slots'], digits=4):>14} {_fmt(r['pairs_read'], digits=4):>10} {neighbours:>10.1f}"
+                )
+            if "baseline" in rows:
+                a, b = rows["progenax"], rows["baseline"]
+                print(
+                    f"{'':>13} against the baseline: forward {b['forward_s'] / a['forward_s']:.2f}x, "
+                    f"gradient {b['gradient_s'] / a['gradient_s']:.2f}x faster; gradients agree to "
+                    f"{a['gradient_rel_diff']:.1e} (max |diff| / max |grad|)"
                 )
             if "jax-md" in rows and "error" not in rows["jax-md"] and "error" not in rows["progenax"]:
                 a, b = rows["progenax"], rows["jax-md"]

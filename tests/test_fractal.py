@@ -131,3 +131,26 @@ def test_virial_ratio_above_exact_max_n(n):
     s = ic.state
     q = virial_ratio(s.positions, s.velocities, s.masses, method="exact")
     assert abs(float(q) - 0.5) < 0.01
+
+
+def test_traced_zero_segregation_is_no_segregation():
+    # Issue 22: the audit traces every float argument, and a traced S = 0 used to
+    # re-pair masses with orbits in an energy order that moves with alpha and Q.
+    key = jax.random.PRNGKey(2)
+    static = fractal_builder(key, n=64, D=2.0).state
+    traced = jax.jit(lambda S: fractal_builder(key, n=64, D=2.0, segregation=S).state)(0.0)
+    # Equal up to rounding (one jit against op-by-op): no star changed its orbit.
+    np.testing.assert_allclose(np.asarray(traced.positions), np.asarray(static.positions), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(traced.velocities), np.asarray(static.velocities), rtol=1e-10)
+
+
+def test_remap_order_does_not_depend_on_the_masses():
+    # The radial order is taken once about the unweighted centroid, so other
+    # masses (another alpha) give the same order: the remap is continuous in them.
+    from progenax.structure.fractal import box_fractal, remap_to_plummer
+
+    x, _ = box_fractal(jax.random.PRNGKey(0), 300, 1.6)
+    m1 = jnp.ones(300)
+    m2 = jax.random.uniform(jax.random.PRNGKey(1), (300,), minval=0.1, maxval=10.0)
+    r1, r2 = (np.linalg.norm(np.asarray(remap_to_plummer(x, m, jnp.asarray(1.0))), axis=1) for m in (m1, m2))
+    np.testing.assert_array_equal(np.argsort(r1), np.argsort(r2))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from progenax.neighbours import (
+    BAND_GROUPS,
     LAYOUTS,
     build_cell_list,
     layout_for,
@@ -62,9 +63,23 @@ def data():
 FORMS = {"scatter": True, "symmetric": False}
 
 
-def _engine_sum(symmetric, periodic):
+def _pair_pullback(a_i, a_j, dx, g_i, g_j, wanted):
+    """`_pair`'s VJP per pair in the scatter form, by autodiff of the weighted
+    pair (the engine's analytic-pullback path, with a pullback known to be
+    right): the separation enters as +dx for the query, -dx for the candidate."""
+
+    def phi(a_i, a_j, dx):
+        to_i, to_j = _pair(a_i, a_j, dx)
+        return sum(jnp.sum(t * g) for t, g in zip(to_i + to_j, g_i + g_j))
+
+    d_i, d_j, d_dx = jax.grad(phi, argnums=(0, 1, 2))(a_i, a_j, dx)
+    d_i["x"], d_j["x"] = d_dx, [-d for d in d_dx]
+    return {k: v for k, v in d_i.items() if k in wanted}, {k: v for k, v in d_j.items() if k in wanted and k != "s"}
+
+
+def _engine_sum(symmetric, periodic, pullback=None):
     layout = layout_for(DIM)
-    engine = make_pair_sum(_pair, layout, symmetric=symmetric)
+    engine = make_pair_sum(_pair, layout, symmetric=symmetric, pullback=pullback)
     box = jnp.full(DIM, L) if periodic else None
 
     def total(x, m, q, s):
@@ -102,10 +117,16 @@ def test_safe_distance_has_finite_zero_gradient_at_coincidence():
     np.testing.assert_allclose(grad, [0.6, 0.8], rtol=1e-15)
 
 
-@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("form", sorted(FORMS) + ["analytic"])
 def test_pair_sum_and_its_pullback_equal_brute_force(data, form):
+    """Both forms with autodiff inside the reverse loop, and the scatter form
+    with the pair's own pullback (`analytic`, periodic; the symmetric form's
+    analytic path is the SPH density's, tests/sph/test_density.py)."""
     x, m, q, s = data
-    total, box = _engine_sum(form == "symmetric", FORMS[form])
+    if form == "analytic":
+        total, box = _engine_sum(False, True, _pair_pullback)
+    else:
+        total, box = _engine_sum(form == "symmetric", FORMS[form])
     cotangent = jax.random.normal(jax.random.PRNGKey(3), (N, 2))
 
     @jax.jit
@@ -146,5 +167,7 @@ def test_only_wanted_cotangents_and_float32(data):
 def test_one_layout_table_per_dimension():
     assert set(LAYOUTS) == {1, 2, 3}
     assert layout_for(3, chunk=32).chunk == 32 and layout_for(3, chunk=32).groups == LAYOUTS[3].groups
+    assert layout_for(3, banded=True, chunk=32)[:3] == (LAYOUTS[3].cells_per_reach, LAYOUTS[3].x_cells_per_reach, 32)
+    assert layout_for(3, banded=True).groups == BAND_GROUPS
     with pytest.raises(ValueError, match="chunk must be a positive int"):
         layout_for(2, chunk=0)

@@ -26,6 +26,34 @@ PROFILES = ("plummer", "box")
 """`fractal_builder(profile=...)`: remapped onto a Plummer sphere, or the pure box fractal."""
 
 
+RANKING_Q = 0.5
+"""Virial ratio of the velocities whose energies rank the orbits for segregation."""
+
+
+def _segregate(key, positions, velocities, masses, S, temperature):
+    """Mass segregation S of the remapped fractal, and none at all where S is 0.
+
+    The orbits are ranked by energies with velocities scaled to `RANKING_Q`
+    (virial equilibrium, as the model builders rank their equilibrium DF
+    velocities) and equal masses, whatever Q the cluster gets: the ranking,
+    hence the permutation, does not depend on Q. A traced S of exactly 0
+    returns the unsegregated stars (as a concrete 0 does): at S = 0 the keys
+    are random, but the orbits they pick still follow the energy order, which
+    moves with alpha and Q and would make both jump (issue 22).
+    """
+    dtype = positions.dtype
+    mean = jnp.full_like(masses, jnp.mean(masses))
+    origin = jnp.zeros(3, dtype)
+    v = velocities - jnp.mean(velocities, axis=0)
+    v = scale_to_virial_ratio(positions, v, mean, RANKING_Q, G=G_PHYSICAL, method="spherical", centre=origin)
+
+    def segregated(operands):
+        x, v = operands
+        return apply_segregation(key, x, v, masses, S, temperature=temperature, G=G_PHYSICAL)
+
+    return jax.lax.cond(S > 0, segregated, lambda operands: operands, (positions, v))
+
+
 @deferred_checks
 def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, binaries=None, profile="plummer"):
     k_m, k_f, k_s = jax.random.split(key, 3)
@@ -38,15 +66,7 @@ def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, bin
         positions = remap_to_plummer(raw_pos, masses, r_h)
     params = {"D": D, "r_h": r_h, "Q": Q, **imf_params(imf, alpha)}
     if segregation is not None:
-        # Energies need velocities on the cluster's scale: scale them to Q
-        # first (equal masses, spherical W about the model centre).
-        mean = jnp.full_like(masses, jnp.mean(masses))
-        origin = jnp.zeros(3, dtype)
-        v = raw_vel - jnp.mean(raw_vel, axis=0)
-        v = scale_to_virial_ratio(positions, v, mean, Q, G=G_PHYSICAL, method="spherical", centre=origin)
-        positions, raw_vel = apply_segregation(
-            k_s, positions, v, masses, segregation, temperature=temperature, G=G_PHYSICAL
-        )
+        positions, raw_vel = _segregate(k_s, positions, raw_vel, masses, segregation, temperature)
         params["segregation"] = segregation
     model = RecordedModel("fractal", dict(params), jnp.sum(masses))
     companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
@@ -101,9 +121,11 @@ def fractal_builder(
     - `Q`: virial ratio T/|W| (> 0; not None: the fractal's velocities have no
       scale of their own).
     - `segregation`: mass segregation S in [0, 1)
-      (`progenax.structure.segregation.apply_segregation`); 0 leaves the cluster
-      unsegregated. The energies that rank the orbits use velocities scaled to
-      Q with equal masses and the spherical W estimate (ranking only).
+      (`progenax.structure.segregation.apply_segregation`); 0 (concrete or
+      traced) leaves the cluster unsegregated. The energies that rank the
+      orbits use velocities scaled to `RANKING_Q` = 0.5 (not Q, so the ranking
+      does not move with Q) with equal masses and the spherical W estimate
+      (ranking only).
       `segregation_temperature`: width of the relaxed ranking, in (0, 8].
     - `binaries`: as for `progenax.plummer_builder` (`n` then counts systems).
     - `profile` (static): "plummer" (default, the radial remap above) or "box":
@@ -112,8 +134,10 @@ def fractal_builder(
       sphere for D = 3).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "fractal"; differentiable in
-    r_h, alpha and Q; partially in S (relaxed ranking, `progenax.structure.segregation`)
-    and in D (zero pathwise gradient).
+    r_h, alpha and Q (continuous in them: the remap's order and the
+    segregation ranking depend on neither); partially in S (relaxed ranking,
+    `progenax.structure.segregation`; with S > 0, alpha moves the remapped
+    radii and so the energy ranking, which can jump) and in D (zero pathwise gradient).
 
     ```python
     ic = fractal_builder(jax.random.PRNGKey(0), n=10_000, D=1.6, r_h=1.0)

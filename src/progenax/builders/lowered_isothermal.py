@@ -31,6 +31,7 @@ from ..models import King, LoweredIsothermal, RecordedModel
 from ..profiles.king import king_velocity_scale_squared, multimass_sample_radii, solve_multimass_king_profile
 from ..sampling import isotropic_directions, uniform_open
 from ..state import InitialConditions
+from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
 from ..units import G_PHYSICAL
 from ..validation import deferred_checks
@@ -56,6 +57,8 @@ def _lowered_isothermal_multimass(
     profile_points=1024,
     speed_table_size=128,
     binaries=None,
+    rotation=None,
+    rotation_scale=None,
 ):
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     dtype = r_h.dtype
@@ -99,6 +102,7 @@ def _lowered_isothermal_multimass(
         params["g"] = g
     if Q is not None:
         params["Q"] = Q
+    velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     described = RecordedModel(model.NAME, dict(params), jnp.sum(masses))
     companions = draw_companions(key, masses, binaries, dist)
     return finish_cluster(
@@ -134,6 +138,8 @@ def _build(
     profile_points=1024,
     speed_table_size=128,
     binaries=None,
+    rotation=None,
+    rotation_scale=0.0,
 ):
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     binaries = check_binaries(binaries)
@@ -141,7 +147,10 @@ def _build(
         grids = dict(r_h=c.r_h, profile_points=profile_points, speed_table_size=speed_table_size)
         declared = {p.name for p in model.PARAMETERS}
         shape = {k: v for k, v in dict(W0=W0, g=g, ra=ra).items() if k in declared}
-        return build_model_cluster(key, model, c, {**shape, **grids}, segregation, temperature, binaries)
+        parameters = {**shape, **grids}
+        return build_model_cluster(
+            key, model, c, parameters, segregation, temperature, binaries, rotation, rotation_scale
+        )
     S, _ = check_segregation_arguments(c.checks, segregation, temperature)
     if S is not None:
         raise ValueError(
@@ -161,6 +170,7 @@ def _build(
     if c.imf == "equal":
         raise ValueError("mass_bins needs an IMF with a spread of masses, not imf='equal'")
     delta = c.checks.range("delta", delta, lower=0.0, upper=2.0, lower_inclusive=True, upper_inclusive=True)
+    k, L0 = check_rotation_arguments(c.checks, rotation, rotation_scale)
     out = _lowered_isothermal_multimass(
         as_key(key),
         c.n,
@@ -177,6 +187,8 @@ def _build(
         values["profile_points"],
         values["speed_table_size"],
         binaries,
+        k,
+        L0,
     )
     return drop_absent_companions(c.checks.attach(out))
 
@@ -198,6 +210,8 @@ def king_builder(
     profile_points: int = 1024,
     speed_table_size: int = 128,
     binaries: BinaryPopulation | None = None,
+    rotation: ArrayLike | None = None,
+    rotation_scale: ArrayLike = 0.0,
 ) -> InitialConditions:
     r"""A King (1966) cluster sampled from its distribution function.
 
@@ -246,6 +260,8 @@ def king_builder(
       differences, 13 ms; 128 / 32: 1.7e-3 and 7.3e-3, 10 ms.
     - `binaries`: as for `plummer_builder` (`n` then counts systems; with
       `mass_bins` the systems' primaries fill the mass bins).
+    - `rotation`, `rotation_scale`: rotation in equilibrium, as for
+      `plummer_builder` (with `mass_bins` too).
 
     **Returns:** `InitialConditions` whose `model` is a `progenax.models.King`
     (a `RecordedModel` named "king" with `mass_bins`), and params W0, r_h, r_t
@@ -273,6 +289,8 @@ def king_builder(
         profile_points=profile_points,
         speed_table_size=speed_table_size,
         binaries=binaries,
+        rotation=rotation,
+        rotation_scale=rotation_scale,
     )
 
 
@@ -295,6 +313,8 @@ def limepy_builder(
     profile_points: int = 1024,
     speed_table_size: int = 128,
     binaries: BinaryPopulation | None = None,
+    rotation: ArrayLike | None = None,
+    rotation_scale: ArrayLike = 0.0,
 ) -> InitialConditions:
     r"""A lowered-isothermal (LIMEPY, Gieles & Zocchi 2015) cluster.
 
@@ -316,8 +336,8 @@ def limepy_builder(
       model much more extended (W0 = 6, g = 1 needs ra > 2.791 for r_t < 1e5 r_0,
       the end of the solver grid: r_t = 9.7e4 r_0 there, 185 r_0 at ra = 3).
       Not available with `mass_bins` (raises `NotImplementedError`).
-    - the rest (`mass_bins`, `delta`, `profile_points`, `speed_table_size` included) as
-      for `king_builder`.
+    - the rest (`mass_bins`, `delta`, `profile_points`, `speed_table_size`,
+      `rotation`, `rotation_scale` included) as for `king_builder`.
 
     **Returns:** `InitialConditions` whose `model` is a
     `progenax.models.LoweredIsothermal`, named "limepy" (params also hold `ra`
@@ -342,4 +362,6 @@ def limepy_builder(
         profile_points=profile_points,
         speed_table_size=speed_table_size,
         binaries=binaries,
+        rotation=rotation,
+        rotation_scale=rotation_scale,
     )

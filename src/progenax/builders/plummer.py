@@ -16,6 +16,7 @@ def plummer_builder(
     *,
     n: int = 10_000,
     r_h: ArrayLike = 1.0,
+    ra: ArrayLike | None = None,
     alpha: ArrayLike = 2.3,
     Q: ArrayLike | None = 0.5,
     imf: str | PowerLawIMF | None = None,
@@ -23,6 +24,8 @@ def plummer_builder(
     segregation: ArrayLike = 0.0,
     segregation_temperature: ArrayLike = 1.0,
     binaries: BinaryPopulation | None = None,
+    rotation: ArrayLike | None = None,
+    rotation_scale: ArrayLike = 0.0,
 ) -> InitialConditions:
     r"""A Plummer (1911) sphere sampled from its exact distribution function.
 
@@ -39,6 +42,12 @@ def plummer_builder(
     - `key`: a `jax.random` key (or an int seed).
     - `n`: number of stars (static).
     - `r_h`: 3D half-mass radius in pc (> 0).
+    - `ra`: None (isotropic) or the Osipkov-Merritt anisotropy radius in pc:
+      velocities from $f(Q)$, $Q = \mathcal E - L^2/(2 r_a^2)$, isotropic in the
+      centre and radial outside, $\beta(r) = r^2/(r^2 + r_a^2)$
+      (`progenax.models.osipkov_merritt.sample_osipkov_merritt`); at least the
+      consistency limit $0.75\,a$ (0.575 `r_h`), below which $f < 0$ and the
+      call raises naming `ra`.
     - `alpha`: high-mass slope of the Kroupa (2001) IMF (0.08-100 Msun, slopes
       1.3 / alpha, break 0.5 Msun); ignored unless `imf` is None / "kroupa" /
       "equal".
@@ -61,11 +70,15 @@ def plummer_builder(
       binaries) stars.
 
     **Returns:** `InitialConditions` whose `model` is a `progenax.models.Plummer`; differentiable in
-    r_h, alpha and Q; partially in `segregation`.
+    r_h, ra, alpha and Q; partially in `segregation`,
+    `rotation` and `rotation_scale`.
 
     ```python
     ic = progenax.plummer_builder(jax.random.PRNGKey(0), n=10_000, r_h=1.0)
     ```
     """
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
-    return build_model_cluster(key, Plummer, c, {"r_h": c.r_h}, segregation, segregation_temperature, binaries)
+    parameters = {"r_h": c.r_h, "ra": ra}
+    return build_model_cluster(
+        key, Plummer, c, parameters, segregation, segregation_temperature, binaries, rotation, rotation_scale
+    )

@@ -5,7 +5,8 @@ builders of the closed-form models (`plummer_builder`, `eff_builder`,
 `king_builder`, `limepy_builder`) compose. Random streams, fixed for every
 model so an option never reshuffles the others: `split(key, 5)` gives the masses,
 radii, position directions, speeds and velocity directions; segregation uses
-`fold_in(key, 7)`.
+`fold_in(key, 7)`, binaries `fold_in(key, 11)` and rotation `fold_in(key, 13)`
+(`progenax.structure.rotation`, applied after segregation, before the finish).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
 from ..models import REGISTRY, AbstractClusterModel
+from ..models.osipkov_merritt import OSIPKOV_MERRITT_LIMIT_MESSAGE, osipkov_merritt_limit
 from ..state import InitialConditions
+from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
 from ..validation import deferred_checks
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
@@ -36,7 +39,21 @@ from ._common import (
 
 
 @deferred_checks
-def build_spherical(key, n, model_cls, values, alpha, Q, imf, units, segregation=None, temperature=None, binaries=None):
+def build_spherical(
+    key,
+    n,
+    model_cls,
+    values,
+    alpha,
+    Q,
+    imf,
+    units,
+    segregation=None,
+    temperature=None,
+    binaries=None,
+    rotation=None,
+    rotation_scale=None,
+):
     """Draw n stars (or n systems, with `binaries`) from `model_cls(**values)`
     (see the module docstring), jitted."""
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
@@ -48,6 +65,7 @@ def build_spherical(key, n, model_cls, values, alpha, Q, imf, units, segregation
     if Q is not None:
         params["Q"] = Q
     positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
+    velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
     return finish_cluster(
         model,
@@ -73,18 +91,39 @@ def resolve_model(model: str | type[AbstractClusterModel]) -> type[AbstractClust
 
 
 def build_model_cluster(
-    key, model_cls, common, parameters: dict[str, Any], segregation, temperature, binaries=None
+    key,
+    model_cls,
+    common,
+    parameters: dict[str, Any],
+    segregation,
+    temperature,
+    binaries=None,
+    rotation=None,
+    rotation_scale=0.0,
 ) -> InitialConditions:
     """Validate the model's parameters against its declared supports, then build
     (and drop the absent companions of an eager hard-mode binary build)."""
     fixed = {name: jnp.asarray(value, common.r_h.dtype) for name, value in model_cls.FIXED.items()}
     values = {**model_cls.checked(common.checks, **parameters), **fixed}
     S, T = check_segregation_arguments(common.checks, segregation, temperature)
+    k, L0 = check_rotation_arguments(common.checks, rotation, rotation_scale)
     binaries = check_binaries(binaries)
-    out = build_spherical(
-        as_key(key), common.n, model_cls, values, common.alpha, common.Q, common.imf, common.units, S, T, binaries
-    )
+    args = (common.alpha, common.Q, common.imf, common.units, S, T, binaries, k, L0)
+    try:
+        out = build_spherical(as_key(key), common.n, model_cls, values, *args)
+    except ValueError as error:
+        raise _with_anisotropy_limit(error, model_cls, values) from None
     return drop_absent_companions(common.checks.attach(out))
+
+
+def _with_anisotropy_limit(error: ValueError, model_cls, values) -> ValueError:
+    """An eager build refused for an ra below the consistency limit: the message
+    gains the limit of these parameters (computed only then, one small compile)."""
+    ra = values.get("ra")
+    if OSIPKOV_MERRITT_LIMIT_MESSAGE not in str(error) or ra is None or isinstance(ra, jax.core.Tracer):
+        return error
+    limit = float(jax.jit(osipkov_merritt_limit)(model_cls(**values)))
+    return ValueError(f"{error}; here the limit is {limit:.6g} pc, got ra = {float(ra):.6g}")
 
 
 def model_builder(
@@ -99,6 +138,8 @@ def model_builder(
     segregation: ArrayLike = 0.0,
     segregation_temperature: ArrayLike = 1.0,
     binaries: BinaryPopulation | None = None,
+    rotation: ArrayLike | None = None,
+    rotation_scale: ArrayLike = 0.0,
     **parameters: ArrayLike,
 ) -> InitialConditions:
     r"""A cluster drawn from any registered spherical model.
@@ -114,9 +155,13 @@ def model_builder(
       `progenax.models.REGISTRY` ("plummer", "eff", "limepy", "dehnen", ...)
       or a model class.
     - `n`, `alpha`, `Q`, `imf`, `units`, `segregation`,
-      `segregation_temperature`, `binaries`: as for `progenax.plummer_builder`.
+      `segregation_temperature`, `binaries`, `rotation`, `rotation_scale`: as
+      for `progenax.plummer_builder`.
     - `**parameters`: the model's own (its `PARAMETERS`, e.g. `gamma=1.0,
       r_h=1.0` for "dehnen"); each is checked against its declared support.
+      "plummer", "eff" and "dehnen" take `ra` (pc, None: isotropic), the
+      Osipkov-Merritt anisotropy radius (`progenax.plummer_builder`); "limepy"
+      takes its own `ra` in King radii.
 
     **Returns:** `InitialConditions` whose `model` is the model drawn from.
 
@@ -128,4 +173,6 @@ def model_builder(
     r_h = parameters.get("r_h", model_cls.parameter("r_h").default)
     common = check_common_arguments(n, units, imf, r_h, alpha, Q)
     parameters = {**parameters, "r_h": common.r_h}
-    return build_model_cluster(key, model_cls, common, parameters, segregation, segregation_temperature, binaries)
+    return build_model_cluster(
+        key, model_cls, common, parameters, segregation, segregation_temperature, binaries, rotation, rotation_scale
+    )

@@ -44,6 +44,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .._sort import radial_order
 from .._types import Array, Masses, Positions, Scalar, Velocities
 from ..sampling import safe_divide, safe_sqrt
 from ..units import G_PHYSICAL
@@ -93,7 +94,7 @@ def _spherical_potential(positions: Positions, masses: Masses, centre: Array | N
     r2 = jnp.sum((positions - centre) ** 2, axis=-1)
     # Sorting by radius: the permutation only decides which mass counts as
     # inside; the gradient flows through the sorted radii and gathered masses.
-    order = jnp.argsort(r2)
+    order = radial_order(r2)
     r2_sorted = r2[order]
     m_sorted = masses[order]
     inside = jnp.cumsum(m_sorted) - m_sorted

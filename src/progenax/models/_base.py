@@ -15,8 +15,10 @@ outside `progenax.models` switches on a model's name.
 A spherical model needs only `mass_fraction`, `density` and `potential`:
 radii then come from a numerical inverse of $M(<r)$ and isotropic speeds from
 the generic Eddington inversion of its own DF (`progenax.models.eddington`).
-Models with closed forms (Plummer's DF, the lowered isothermal family's own DF,
-EFF's Jeans Gaussians) override the samplers.
+Models with closed forms (Plummer's DF, the lowered isothermal family's own DF)
+override the samplers. A model that declares `ANISOTROPY_RADIUS` (an `ra` field)
+is drawn from its Osipkov-Merritt DF when `ra` is set
+(`osipkov_merritt.sample_osipkov_merritt`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..sampling import isotropic_directions, safe_norm, uniform_open
 from ..units import G_PHYSICAL
 from ..validation import ParameterChecks, check_static_int
 from .eddington import radii_from_mass_fraction, sample_eddington_speeds
+from .osipkov_merritt import sample_osipkov_merritt
 
 
 class NoAnalyticFormError(NotImplementedError, ValueError):
@@ -96,6 +99,12 @@ class Parameter:
     unit: str = ""
     static: bool = False
     audit: tuple[float, tuple[float, float]] | None = None
+
+
+ANISOTROPY_RADIUS = Parameter("ra", Interval(0.0), None, "Osipkov-Merritt anisotropy radius (None: isotropic)", "pc")
+r"""The Osipkov-Merritt `ra` (pc) of a spherical model drawn by the generic sampler:
+a model that lists it in `PARAMETERS` (with an `ra` field, None by default) is
+drawn from $f(Q)$, $Q = \mathcal E - L^2/(2r_a^2)$ (`osipkov_merritt.sample_osipkov_merritt`)."""
 
 
 class AbstractClusterModel(eqx.Module):
@@ -224,18 +233,40 @@ class AbstractClusterModel(eqx.Module):
         """n radii (pc) distributed as the model's mass, by inverse CDF of M(<r)."""
         return radii_from_mass_fraction(self, uniform_open(key, (n,), dtype))
 
+    @property
+    def outer_radius(self) -> Array | None:
+        """The radius (pc) where the density ends (None: it never does); the
+        generic sampler's grids stop there (`progenax.models.eddington`)."""
+        return None
+
+    @property
+    def anisotropy_radius(self) -> Array | None:
+        """The Osipkov-Merritt radius (pc) of a model that declares `ANISOTROPY_RADIUS`; None: isotropic."""
+        return getattr(self, "ra", None) if ANISOTROPY_RADIUS in self.PARAMETERS else None
+
+    def _check_isotropic(self) -> None:
+        if self.anisotropy_radius is not None:
+            raise ValueError(f"speeds at given radii need an isotropic model (ra=None); {self.name!r} has ra set")
+
     def sample_speeds(self, key: Array, radii: Array) -> Array:
         """Speeds (km/s) at `radii` from the model's isotropic DF (Eddington inversion)."""
+        self._check_isotropic()
         return sample_eddington_speeds(self, key, radii)
 
     def sample_phase_space(self, keys: tuple[Array, Array, Array, Array], n: int, dtype) -> tuple[Array, Array]:
         """Positions (pc) and velocities (km/s) of n stars about the model centre.
 
-        `keys` = (radii, position directions, speeds, velocity directions).
+        `keys` = (radii, position directions, speeds, velocity directions). With
+        `ra` set, velocities from the Osipkov-Merritt DF (same keys: the speed key
+        draws the pseudo-speed, the velocity-direction key its direction).
         """
         k_r, k_rdir, k_v, k_vdir = keys
         radii = self.sample_radii(k_r, n, dtype)
-        positions = radii[:, None] * isotropic_directions(k_rdir, n, dtype)
+        directions = isotropic_directions(k_rdir, n, dtype)
+        positions = radii[:, None] * directions
+        ra = self.anisotropy_radius
+        if ra is not None:
+            return positions, sample_osipkov_merritt(self, ra, (k_v, k_vdir), radii, directions)
         speeds = self.sample_speeds(k_v, radii)
         return positions, speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
 

@@ -15,8 +15,11 @@ $r_h$ sets $a = r_h\,(2^{1/(3-\gamma)} - 1)$.
 
 Radii invert $M(<r)$ exactly, $r = a\,s/(1-s)$ with $s = u^{1/(3-\gamma)}$; speeds
 come from the model's isotropic DF by the generic Eddington inversion
-(`progenax.models.eddington`). The density falls as $r^{-4}$, so the centre of
-mass of a sample has infinite variance: positions stay about the model centre.
+(`progenax.models.eddington`), or, with `ra` (pc), from the Osipkov-Merritt DF
+of its augmented density (`osipkov_merritt.sample_osipkov_merritt`; the consistency
+limit, `osipkov_merritt.osipkov_merritt_limit`, e.g. 0.20 a for Hernquist). The
+density falls as $r^{-4}$, so the centre of mass of a sample has infinite variance:
+positions stay about the model centre.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from .._fusion import materialize
 from .._types import Array, ArrayLike
 from ..sampling import uniform_open
 from ..units import G_PHYSICAL
-from ._base import AbstractClusterModel, Interval, Parameter
+from ._base import ANISOTROPY_RADIUS, AbstractClusterModel, Interval, Parameter, optional_array
+from ._math import one_minus_exp_over
 
-_SERIES_SWITCH = 1e-2  # |pL| below: 7-term series, truncation error < 3e-19 relative
 _LN2 = float(np.log(2.0))
 
 
@@ -48,18 +51,6 @@ def _log_x(r: Array, a: Array) -> tuple[Array, Array]:
     return pos, -jnp.log1p(a / jnp.where(pos, r, a))
 
 
-def _one_minus_x_pow_over_p(p: Array, L: Array) -> Array:
-    """(1 - e^{pL}) / p, smooth in p through p = 0 (equal to -L there)."""
-    z = p * L
-    small = jnp.abs(z) < _SERIES_SWITCH
-    p_safe = jnp.where(small, 1.0, p)
-    series = 1.0 + z * (1 / 2 + z * (1 / 6 + z * (1 / 24 + z * (1 / 120 + z * (1 / 720 + z / 5040)))))
-    # Below z = -1, 1 - e^z: jax differentiates expm1 as expm1(z) + 1, which cancels there.
-    far = z < -1.0
-    one_minus = jnp.where(far, 1.0 - jnp.exp(jnp.where(far, z, -1.0)), -jnp.expm1(jnp.where(small, 0.0, z)))
-    return jnp.where(small, -L * series, one_minus / p_safe)
-
-
 class Dehnen(AbstractClusterModel):
     """Dehnen sphere of inner slope `gamma` and 3D half-mass radius `r_h` (pc)."""
 
@@ -69,6 +60,7 @@ class Dehnen(AbstractClusterModel):
             "gamma", Interval(0.0, 3.0, lower_inclusive=True), 1.0, "inner density slope", audit=(1.0, (0.05, 2.5))
         ),
         Parameter("r_h", Interval(0.0), 1.0, "3D half-mass radius", "pc", audit=(1.0, (1e-3, 1e3))),
+        ANISOTROPY_RADIUS,
     )
     CENTRE_POSITIONS: ClassVar[bool] = False
 
@@ -76,6 +68,7 @@ class Dehnen(AbstractClusterModel):
     r_h: Array = eqx.field(converter=jnp.asarray)
     total_mass: Array = eqx.field(default=1.0, converter=jnp.asarray)
     G: float = eqx.field(static=True, default=G_PHYSICAL)
+    ra: Array | None = eqx.field(default=None, converter=optional_array)
 
     @property
     def scale_radius(self) -> Array:
@@ -101,7 +94,7 @@ class Dehnen(AbstractClusterModel):
         p = 2.0 - g
         scale = self.G * self.total_mass / a
         centre = jnp.where(p > 0, -scale / jnp.where(p > 0, p, 1.0), -jnp.inf)
-        return jnp.where(pos, -scale * _one_minus_x_pow_over_p(p, L), centre)
+        return jnp.where(pos, -scale * one_minus_exp_over(p, L), centre)
 
     def sample_radii(self, key: Array, n: int, dtype) -> Array:
         """Exact inverse of M(<r): r = a s / (1 - s), s = u^(1/(3 - gamma))."""

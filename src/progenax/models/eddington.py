@@ -53,9 +53,20 @@ shallower cusps $q$ keeps falling inward (as $r^{1-\gamma/2}$; at $\gamma = 2$ a
 $1/\sqrt{\ln(1/r)}$), so the stars inside $e^{-10} r_h$ come out somewhat too fast:
 $10^{-8}$ of a Hernquist sphere's mass, $10^{-6}$ at $\gamma = 1.5$, $5\times10^{-5}$
 for Jaffe. Everything is a fixed graph, differentiable in the model's parameters.
+
+**Bounded models** (`model.outer_radius`, e.g. a truncated EFF): the integral, the
+$\ln f$ table and the speed rows end just inside the edge $x_t$ (traced ends,
+the same node counts), each row's climb is $s_{\max}^2 = \min(22, x_t - x)$, and
+$q$ is the fraction of the escape speed to the edge. The density's jump at the
+edge is left out (no non-negative isotropic DF has it): $f$ is the inversion of
+$\rho - \rho(r_t)$, zero for $\mathcal E \le \Psi(r_t)$, with the boundary term
+$D(x_t)/\sqrt{\mathcal E - \Psi(r_t)}$ (an integrable singularity; the last
+$\ln f$ node sits $10^{-3}$ inside).
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +75,7 @@ import numpy as np
 from .._types import Array, ArrayLike
 from ..kinematics.king_df import SpeedTable, sample_speed_fraction
 from ..sampling import inverse_cdf, safe_divide, uniform_open
+from ._math import hermite
 
 _RADIUS_STEP = 0.5
 _RADIUS_NEWTON_STEPS = 8  # from a 0.5-wide cell: measured residual < 1e-13 after 4-6 steps (tests)
@@ -86,16 +98,63 @@ def _grid(first: float, last: float, step: float, dtype) -> Array:
     return jnp.asarray(first + step * np.arange(round((last - first) / step) + 1), dtype)
 
 
+class _Grids(NamedTuple):
+    """The grids of one model: Python floats for an unbounded model (the module
+    docstring's), traced ends and steps for one with an `outer_radius`."""
+
+    x_top: Any  # outer end of Eddington's integral
+    df: tuple[Any, Any]  # ln f table: first x, step (801 nodes)
+    rows: tuple[Any, Any, Any]  # speed-table rows: first, last, step (181 rows)
+    bounded: bool
+
+
+_EDGE_GAP = 1e-6  # x_top sits this far inside ln(r_edge / r_h): the density there is the inner one
+_DF_EDGE_GAP = 1e-3  # last ln f node inside x_top (f ~ (x_top - x)^(-1/2) there)
+_ROW_EDGE_GAP = 1e-2  # last row inside x_top (a row at the edge has no speeds)
+
+
+def _grids(model, dtype) -> _Grids:
+    edge = model.outer_radius
+    if edge is None:
+        return _Grids(_X_TOP, (_DF_GRID[0], _DF_GRID[2]), _ROW_GRID, False)
+    r_h = jnp.asarray(model.r_h, dtype)
+    x_top = jnp.minimum(_X_TOP, jnp.log(jnp.asarray(edge, dtype) / r_h) - _EDGE_GAP)
+    df_last = jnp.minimum(_DF_GRID[1], x_top - _DF_EDGE_GAP)
+    df_count = round((_DF_GRID[1] - _DF_GRID[0]) / _DF_GRID[2])
+    row_last = jnp.minimum(_ROW_GRID[1], x_top - _ROW_EDGE_GAP)
+    row_count = round((_ROW_GRID[1] - _ROW_GRID[0]) / _ROW_GRID[2])
+    df = (_DF_GRID[0], (df_last - _DF_GRID[0]) / df_count)
+    rows = (_ROW_GRID[0], row_last, (row_last - _ROW_GRID[0]) / row_count)
+    return _Grids(x_top, df, rows, True)
+
+
+def _nodes(first, step, count: int, dtype) -> Array:
+    """`count` nodes from `first` by `step` (numpy's when both are floats: the unbounded grids)."""
+    if isinstance(first, float) and isinstance(step, float):
+        return _grid(first, first + step * (count - 1), step, dtype)
+    return first + step * jnp.arange(count, dtype=dtype)
+
+
+def _row_climb(g: _Grids, x: Array) -> Array:
+    """s_max at row coordinates x: how far (in s^2 = x' - x) a row's speeds climb."""
+    if not g.bounded:
+        return jnp.full_like(x, _S_MAX)
+    return jnp.sqrt(jnp.clip(g.x_top - x, 1e-12, 22.0))
+
+
 def _psi(model, x: Array) -> tuple[Array, Array]:
     r"""$\Psi(r_h e^x)$ and $d\Psi/dx$, (km/s)^2."""
     r_h = jnp.asarray(model.r_h, x.dtype)
     return jax.jvp(lambda y: -model.potential(r_h * jnp.exp(y)), (x,), (jnp.ones_like(x),))
 
 
-def _psi_and_drho_dpsi(model, x: Array) -> tuple[Array, Array]:
-    r"""$\Psi$ and $D = d\rho/d\Psi = \rho_x/\Psi_x$ at $x$ (D = 0 where $\Psi_x$ underflows)."""
+def _psi_and_drho_dpsi(model, x: Array, density) -> tuple[Array, Array]:
+    r"""$\Psi$ and $D = d\rho/d\Psi = \rho_x/\Psi_x$ at $x$ (D = 0 where $\Psi_x$ underflows).
+
+    `density(r)` may stack several densities on a leading axis: D then has it too.
+    """
     r_h = jnp.asarray(model.r_h, x.dtype)
-    _, rho_x = jax.jvp(lambda y: model.density(r_h * jnp.exp(y)), (x,), (jnp.ones_like(x),))
+    _, rho_x = jax.jvp(lambda y: density(r_h * jnp.exp(y)), (x,), (jnp.ones_like(x),))
     psi, psi_x = _psi(model, x)
     return psi, safe_divide(rho_x, psi_x)
 
@@ -112,25 +171,30 @@ def _sqrt_positive(a: Array) -> Array:
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, a, 1.0)), 0.0)
 
 
-def df_at_radius(model, x: ArrayLike) -> Array:
+def df_at_radius(model, x: ArrayLike, density=None) -> Array:
     r"""Eddington's $f(\mathcal E)$ at $\mathcal E = \Psi(r_h e^x)$ (module docstring).
 
-    **Arguments:** `x` = $\ln(r/r_h) < 36$, any shape. **Returns:** $f$ in
-    Msun pc^-3 (km/s)^-3, same shape.
+    **Arguments:** `x` = $\ln(r/r_h) < 36$, any shape; `density`: the density
+    $\rho(r)$ to invert in the model's potential (default `model.density`; the
+    Osipkov-Merritt inversion passes its augmented densities, stacked on a leading
+    axis). **Returns:** $f$ in Msun pc^-3 (km/s)^-3, shape `density`'s leading
+    axes + `x.shape`.
     """
+    density = model.density if density is None else density
     x = jnp.asarray(x, _dtype(model))
     dtype = x.dtype
+    x_top = _grids(model, dtype).x_top
     width = 1.0 / _QUAD_PANELS
     tau = (np.arange(_QUAD_PANELS)[:, None] + 0.5 * (_GL8_NODES + 1.0)) * width
     tau = jnp.asarray(tau.reshape(-1), dtype)
     wts = jnp.asarray(np.tile(0.5 * _GL8_WEIGHTS * width, _QUAD_PANELS), dtype)
-    span = jnp.sqrt(jnp.maximum(_X_TOP - x, 1e-6))[..., None]
+    span = jnp.sqrt(jnp.maximum(x_top - x, 1e-6))[..., None]
     s = span * tau
     # One call site for every point (the nodes, the top, x itself): each call of
     # the model's functions, differentiated twice, costs compile time.
-    top = jnp.full(x.shape + (1,), _X_TOP, dtype)
+    top = jnp.broadcast_to(jnp.asarray(x_top, dtype), x.shape + (1,))
     points = jnp.concatenate([x[..., None] + s**2, top, x[..., None]], axis=-1)
-    (psi, D), (_, D_x) = jax.jvp(lambda y: _psi_and_drho_dpsi(model, y), (points,), (jnp.ones_like(points),))
+    (psi, D), (_, D_x) = jax.jvp(lambda y: _psi_and_drho_dpsi(model, y, density), (points,), (jnp.ones_like(points),))
     psi0 = psi[..., -1:]
     integrand = -2.0 * s * D_x[..., :-2] * _rsqrt_positive(psi0 - psi[..., :-2])
     integral = span[..., 0] * jnp.sum(wts * integrand, axis=-1)
@@ -170,7 +234,8 @@ def eddington_df(model, energies: ArrayLike, *, num_steps: int = _RADIUS_NEWTON_
     """
     E = jnp.asarray(energies, _dtype(model))
     x = _log_radius_solve(lambda y: -_psi(model, y)[0], -E, E.dtype, num_steps)
-    return df_at_radius(model, jnp.minimum(x, _X_TOP - 1.0))
+    g = _grids(model, E.dtype)
+    return df_at_radius(model, x if g.bounded else jnp.minimum(x, _X_TOP - 1.0))
 
 
 def _slopes(values: Array, step: float) -> Array:
@@ -188,39 +253,39 @@ def _slopes(values: Array, step: float) -> Array:
     return d / (2.0 * step)
 
 
-def _hermite(values: Array, slopes: Array, first: float, step: float, x: Array) -> Array:
-    """Cubic Hermite interpolant of a uniform table at x (clamped to the table)."""
-    z = jnp.clip((x - first) / step, 0.0, values.shape[0] - 1.0)
-    k = jnp.clip(jnp.floor(jax.lax.stop_gradient(z)), 0, values.shape[0] - 2).astype(jnp.int32)
-    a = z - k
-    return (
-        (1 + 2 * a) * (1 - a) ** 2 * values[k]
-        + a * (1 - a) ** 2 * step * slopes[k]
-        + a**2 * (3 - 2 * a) * values[k + 1]
-        + a**2 * (a - 1) * step * slopes[k + 1]
-    )
+def df_nodes(model, dtype) -> Array:
+    """The x nodes of the ln f table (801 on [-10, 30], or to just inside the edge)."""
+    first, step = _grids(model, dtype).df
+    return _nodes(first, step, round((_DF_GRID[1] - _DF_GRID[0]) / _DF_GRID[2]) + 1, dtype)
 
 
-def eddington_speed_table(model, *, num_columns: int = _NUM_COLUMNS) -> SpeedTable:
+def eddington_speed_table(model, *, df=None, num_columns: int = _NUM_COLUMNS) -> SpeedTable:
     r"""The model's tabulated speed CDF $C(x_i, t)$ (module docstring), as a `SpeedTable`.
 
     Rows $x_i$ (`_ROW_GRID`) in place of King's $W$; columns $t = s/s_{\max} \in [0, 1]$.
+    `df(x)`: the DF at the table's nodes $x$ (`df_nodes`) in place of the model's
+    isotropic one, e.g. the Osipkov-Merritt $f(Q)$
+    (`progenax.models.osipkov_merritt`), whose pseudo-speed $w$ has the density
+    $\propto w^2 f(\Psi - w^2/2)$ of a speed in the isotropic case.
     """
     dtype = _dtype(model)
-    x_f = _grid(*_DF_GRID, dtype)
-    f = df_at_radius(model, x_f)
+    g = _grids(model, dtype)
+    x_f = df_nodes(model, dtype)
+    f = df_at_radius(model, x_f) if df is None else df(x_f)
     tiny = jnp.finfo(dtype).tiny
     log_f = jnp.where(f > tiny, jnp.log(jnp.where(f > tiny, f, 1.0)), jnp.log(tiny))
-    log_f_slopes = _slopes(log_f, _DF_GRID[2])
-    x_rows = _grid(*_ROW_GRID, dtype)[:, None]
+    log_f_slopes = _slopes(log_f, g.df[1])
+    first, _, step = g.rows
+    x_rows = _nodes(first, step, round((_ROW_GRID[1] - _ROW_GRID[0]) / _ROW_GRID[2]) + 1, dtype)[:, None]
     h = 1.0 / num_columns
     t_nodes = np.linspace(0.0, 1.0, num_columns + 1)
     t_gl = (t_nodes[:-1, None] + h * 0.5 * (_GL4_NODES + 1.0)).reshape(-1)
-    s = jnp.asarray(_S_MAX * np.concatenate([t_gl, t_nodes]), dtype)
+    s_max = _row_climb(g, x_rows)
+    s = s_max * jnp.asarray(np.concatenate([t_gl, t_nodes]), dtype)
     psi, psi_x = _psi(model, jnp.concatenate([x_rows, x_rows + s**2], axis=1))
     psi_row, psi_s, psi_x = psi[:, :1], psi[:, 1:], psi_x[:, 1:]
-    f_s = jnp.exp(_hermite(log_f, log_f_slopes, _DF_GRID[0], _DF_GRID[2], x_rows + s**2))
-    dens = _sqrt_positive(2.0 * (psi_row - psi_s)) * (-psi_x) * f_s * (2.0 * _S_MAX) * s
+    f_s = jnp.exp(hermite(log_f, log_f_slopes, g.df[0], g.df[1], x_rows + s**2))
+    dens = _sqrt_positive(2.0 * (psi_row - psi_s)) * (-psi_x) * f_s * (2.0 * s_max) * s
     n_gl = t_gl.shape[0]
     cells = dens[:, :n_gl].reshape(-1, num_columns, 4) @ jnp.asarray(0.5 * h * _GL4_WEIGHTS, dtype)
     total = jnp.sum(cells, axis=1, keepdims=True)
@@ -228,7 +293,6 @@ def eddington_speed_table(model, *, num_columns: int = _NUM_COLUMNS) -> SpeedTab
     # safe_divide: a row whose weights all underflow (float32, extreme units) stays NaN-free.
     cdf = jnp.concatenate([zero, safe_divide(jnp.cumsum(cells, axis=1), total)], axis=1).at[:, -1].set(1.0)
     pdf = safe_divide(dens[:, n_gl:], total)
-    step = _ROW_GRID[2]
     return SpeedTable(
         W_step=jnp.asarray(step, dtype), cdf=cdf, pdf=pdf, cdf_W=_slopes(cdf, step), pdf_W=_slopes(pdf, step)
     )
@@ -250,11 +314,20 @@ def sample_eddington_speeds(model, key: Array, radii: Array, *, table: SpeedTabl
     u = uniform_open(key, radii_in.shape, radii_in.dtype).astype(dtype)
     radii = radii_in.astype(dtype)
     r_h = jnp.asarray(model.r_h, dtype)
+    g = _grids(model, dtype)
+    first, last, _ = g.rows
     pos = radii > 0
-    x = jnp.where(pos, jnp.log(jnp.where(pos, radii, r_h) / r_h), _ROW_GRID[0])
-    x_c = jnp.clip(x, _ROW_GRID[0], _ROW_GRID[1])
-    t = sample_speed_fraction(table, x_c - _ROW_GRID[0], u)
-    row_radii = r_h * jnp.exp(jnp.stack([x_c, x_c + (_S_MAX * t) ** 2]))
-    psi = -model.potential(jnp.concatenate([row_radii, radii[None]]))  # one call site
-    q2 = jnp.clip(safe_divide(psi[0] - psi[1], psi[0]), 0.0, 1.0)
-    return (_sqrt_positive(q2) * _sqrt_positive(2.0 * psi[2])).astype(radii_in.dtype)
+    x = jnp.where(pos, jnp.log(jnp.where(pos, radii, r_h) / r_h), first)
+    x_c = jnp.clip(x, first, last)
+    t = sample_speed_fraction(table, x_c - first, u)
+    row_radii = r_h * jnp.exp(jnp.stack([x_c, x_c + (_row_climb(g, x_c) * t) ** 2]))
+    if not g.bounded:
+        psi = -model.potential(jnp.concatenate([row_radii, radii[None]]))  # one call site
+        q2 = jnp.clip(safe_divide(psi[0] - psi[1], psi[0]), 0.0, 1.0)
+        return (_sqrt_positive(q2) * _sqrt_positive(2.0 * psi[2])).astype(radii_in.dtype)
+    # Bounded: q is the fraction of the escape speed to the edge, v^2 <= 2 (Psi(r) - Psi(edge)).
+    top = jnp.broadcast_to(r_h * jnp.exp(g.x_top), radii.shape)[None]
+    psi = -model.potential(jnp.concatenate([row_radii, radii[None], top]))
+    psi_top = psi[3]
+    q2 = jnp.clip(safe_divide(psi[0] - psi[1], psi[0] - psi_top), 0.0, 1.0)
+    return (_sqrt_positive(q2) * _sqrt_positive(2.0 * (psi[2] - psi_top))).astype(radii_in.dtype)

@@ -3,10 +3,12 @@
 - `build_cell_list` (cells.py): particles sorted by cell, each one's candidates
   as contiguous runs, no capacity to overflow; `build_bands` (bands.py): one
   list per band of support radius.
-- `make_pair_sum(pair_fn, layout)` (engine.py): the function summing a pair
-  function over the candidates, gather and scatter parts, with the one
-  hand-written reverse pass (O(N) residuals).
-- `LAYOUTS` / `layout_for` (layout.py): the one layout table, by dimension.
+- `make_pair_sum(pair_fn, layout, pullback=...)` (engine.py): the function
+  summing a pair function over the candidates, gather and scatter parts, with
+  the one hand-written reverse pass (O(N) residuals): autodiff of the pair
+  function inside the loop, or the pair's own analytic pullback.
+- `LAYOUTS` / `layout_for` (layout.py): the one layout table, by dimension
+  (banded lists: the same cells, `BAND_GROUPS` groups).
 - `minimum_image`, `separation`, `safe_distance`, `unsort` (geometry.py).
 
 `progenax.sph` (density, relaxation) and the mesh potential's short-range
@@ -21,6 +23,7 @@ from .cells import build_cell_list as build_cell_list
 from .cells import candidate_counts as candidate_counts
 from .cells import slots_per_particle as slots_per_particle
 from .engine import PairFunction as PairFunction
+from .engine import PairPullback as PairPullback
 from .engine import each_list as each_list
 from .engine import fold as fold
 from .engine import make_pair_sum as make_pair_sum
@@ -28,6 +31,7 @@ from .geometry import minimum_image as minimum_image
 from .geometry import safe_distance as safe_distance
 from .geometry import separation as separation
 from .geometry import unsort as unsort
+from .layout import BAND_GROUPS as BAND_GROUPS
 from .layout import LAYOUTS as LAYOUTS
 from .layout import Layout as Layout
 from .layout import layout_for as layout_for
@@ -43,6 +47,7 @@ __all__ = [
     "slots_per_particle",
     # the engine
     "PairFunction",
+    "PairPullback",
     "each_list",
     "fold",
     "make_pair_sum",
@@ -52,6 +57,7 @@ __all__ = [
     "separation",
     "unsort",
     # layouts
+    "BAND_GROUPS",
     "LAYOUTS",
     "Layout",
     "layout_for",

@@ -68,11 +68,12 @@ def build_bands(
     Not differentiated (built from `jax.lax.stop_gradient` values). `query`
     (N,) bool: only these particles get candidates (their pair sums); every
     particle is a source. Default: all. `layout`: default
-    `layout_for(d, groups=128)`: particles outside a band have no work and a
-    group costs its largest count times its size, so many small groups keep a
-    band's padding small (empty groups cost a loop test).
+    `layout_for(d, banded=True)`, `LAYOUTS[d]` with `BAND_GROUPS` (128)
+    groups: particles outside a band have no work and a group costs its
+    largest count times its size, so many small groups keep a band's padding
+    small (empty groups cost a loop test).
     """
-    layout = layout_for(positions.shape[1], groups=128) if layout is None else layout
+    layout = layout_for(positions.shape[1], banded=True) if layout is None else layout
     positions = jax.lax.stop_gradient(positions)
     support = jax.lax.stop_gradient(jnp.broadcast_to(support, positions.shape[:1]))
     band = band_index(support, n_bands, band_ratio, query)

@@ -41,6 +41,22 @@ of pairs. Two forms:
   with $\phi(a_p, a_q) = \bar S_p \cdot t^{\to i}(a_p, a_q) + \bar S_q \cdot t^{\to j}(a_p, a_q)$,
   and the forward pass gathers $t^{\to j}(a_j, a_i)$ likewise: no scatter at all.
 
+**Analytic pullbacks** (`make_pair_sum(..., pullback=...)`): a pair function
+may bring its own per-pair VJP, `pullback(a_i, a_j, dx, g_i, g_j, wanted) ->
+(d_i, d_j)`, with $g$ the cotangents $\bar S$ of query and candidate (K-tuples
+of arrays, already zero on padded slots: a VJP is linear in them) and
+`wanted` the names asked for. The engine then runs the same one reverse slot
+loop with the pair's own formulas instead of autodiff inside the loop (the
+SPH density's gradient: `sph.pairs.density_pullback`). `d_i` maps
+feature names to the query's cotangents ((M, C) arrays or broadcastable;
+"x" a list of d arrays; shared scalars summed over every pair), `d_j` the
+candidate's (scatter form; None with `symmetric=True`, where `d_i` must hold
+$\partial_1\phi(a_i, a_j) + \partial_2\phi(a_j, a_i)$, the mirror included,
+and the shared scalars' part from $\phi(a_i, a_j)$ only). A name missing from
+either dict contributes nothing. Tests: the density's pullback against the
+brute-force gradient (tests/sph/test_density.py), the scatter form's path
+with an autodiff-built pullback (tests/neighbours/test_engine.py).
+
 Only the cotangents that are asked for are computed. The reverse pass is plain
 array code, so a pair sum can sit inside a `lax.scan` that is itself
 differentiated. Forward mode (`jax.jvp`) is not defined.
@@ -67,6 +83,13 @@ per scalar feature, "x" a list of d arrays (M, 1)), of their candidates
 shared scalars as they are, and the separations x_i - x_j (d arrays (M, C),
 minimum image). `to_i`, `to_j`: tuples of K arrays (M, C) (or one (M, C, K)),
 `to_j` None for a pure gather. Must be finite for coincident particles."""
+
+PairPullback = Callable[[dict, dict, list, tuple, tuple, frozenset], tuple]
+"""`pullback(a_i, a_j, dx, g_i, g_j, wanted) -> (d_i, d_j)`: a pair function's
+own VJP (see the module notes). Arguments as for `PairFunction`, plus the
+cotangents of the query and the candidate (K-tuples of (M, C) arrays, zero on
+padded slots) and the frozenset of feature names whose cotangents are wanted.
+Must be finite for coincident particles."""
 
 
 # -- the slot loop ---------------------------------------------------------------
@@ -201,12 +224,16 @@ def _width(pair_fn, features: dict) -> tuple[int, int]:
 
 
 # -- the pair sum and its reverse pass -----------------------------------------------
-def make_pair_sum(pair_fn: PairFunction, layout: Layout, *, symmetric: bool = False):
+def make_pair_sum(
+    pair_fn: PairFunction, layout: Layout, *, symmetric: bool = False, pullback: PairPullback | None = None
+):
     """The function `(lists, features) -> S (N, K)` summing `pair_fn` over the
     candidates of `lists` (a `CellList` or `Bands`), with the engine's reverse
     pass (see the module notes). `features` maps names to (N,) arrays, scalars,
     and the positions "x" (N, d). `symmetric`: the gather-only form, for one
-    cell list whose reach covers the pair function's support."""
+    cell list whose reach covers the pair function's support. `pullback`: the
+    pair function's own per-pair VJP (None: autodiff of `pair_fn` inside the
+    reverse loop)."""
     chunk, groups = int(layout.chunk), int(layout.groups)
 
     def forward(lists, features):
@@ -271,6 +298,29 @@ def make_pair_sum(pair_fn: PairFunction, layout: Layout, *, symmetric: bool = Fa
                     total = total + sum(t * g for t, g in zip(_components(to_j), g_q))
                 return jnp.sum(jnp.where(valid, total, 0.0))
 
+            def analytic_terms(i, j, valid):
+                a_i, a_j = _at(own, i), _at(cand, j)
+                # Zero cotangents on padded slots zero the whole pullback.
+                g_i = tuple(jnp.where(valid, g, 0.0) for g in g_own[:, i])
+                g_j = tuple(jnp.where(valid, g, 0.0) for g in g_cand[:, j])
+                dx = separation(a_i["x"], a_j["x"], cells.box)
+                d_i, d_j = pullback(a_i, a_j, dx, g_i, g_j, frozenset(wanted))
+                none = jnp.zeros((1, 1), dx[0].dtype)
+
+                def per_particle(d):
+                    out = []
+                    for k in per:
+                        value = d.get(k)
+                        if k == "x":
+                            out.extend([none] * dim if value is None else value)
+                        else:
+                            out.append(none if value is None else value)
+                    return tuple(out)
+
+                to_all = tuple(jnp.sum(d_i[k]) if k in d_i else jnp.zeros((), dx[0].dtype) for k in shared)
+                to_j = () if symmetric else tuple(jnp.broadcast_to(t, j.shape) for t in per_particle(d_j or {}))
+                return per_particle(d_i), to_j, to_all
+
             def terms(i, j, valid):
                 a_i, a_j = _at(own, i), _at(cand, j)
                 g_i, g_j = g_own[:, i], g_cand[:, j]
@@ -311,7 +361,14 @@ def make_pair_sum(pair_fn: PairFunction, layout: Layout, *, symmetric: bool = Fa
             zeros = zeros_per()
             summed0 = tuple(jnp.zeros((), features[k].dtype) for k in shared)
             gathered, scattered, summed = fold(
-                cells, terms, zeros, () if symmetric else zeros, summed0, chunk=chunk, groups=groups, queries=queries
+                cells,
+                terms if pullback is None else analytic_terms,
+                zeros,
+                () if symmetric else zeros,
+                summed0,
+                chunk=chunk,
+                groups=groups,
+                queries=queries,
             )
             if scattered:
                 gathered = tuple(g + s for g, s in zip(gathered, scattered))

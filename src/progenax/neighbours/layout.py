@@ -1,13 +1,67 @@
-"""The one table of cell-list layouts, by dimension.
+r"""The one table of cell-list layouts, by dimension.
 
 A layout is the static shape of the neighbour search: cells of side at least
 reach / `cells_per_reach` along y and z (each particle reads its
 (2k + 1)^(d-1) rows), reach / `x_cells_per_reach` along x (each row's run is
 trimmed to the kernel ball at that resolution), `chunk` candidate slots per
 loop step, and `groups` workload groups (particles with similar candidate
-counts share a trip count). Chosen by measurement with `benchmarks/sph.py`
-(uniform h) and `benchmarks/relax.py` (banded lists); every pair sum in the
-library (SPH density, relaxation, the mesh potential's short range) reads it.
+counts share a trip count). Every pair sum in the library (SPH density,
+relaxation, the mesh potential's short range) reads it; banded lists
+(`neighbours.build_bands`, relaxation) take the same cells with
+`BAND_GROUPS` groups (`layout_for(d, banded=True)`).
+
+**Single lists**, measured with the SPH density loss's `value_and_grad`
+(forward and gradient), the seed's workload of `benchmarks/sph.py` (periodic,
+uniform h, 31 neighbours in 2D and 50 in 3D), float64, this project's 2-core
+machine under a load of about 8 (times are 2-3x a quiet machine's; the
+layouts of one row were timed in one process, their calls interleaved, best
+of 5 at 1e5 and 3 at 1e6). Slots: pair slots evaluated per particle
+(padding included); pairs: candidates read per particle.
+
+    3D  (k, kx, chunk, groups)   1e5          1e6          slots  pairs
+        (1,  4, 16,  8)           0.831 s     10.38 s      194    176
+        (1,  8, 16,  8)           0.798 s     10.48 s      182    164
+        (1, 16, 16,  8)  *        0.776 s      8.92 s      174    158
+        (1, 32, 16,  8)             -          9.43 s      174    155
+        (1,  8, 32,  8)           0.859 s        -         188    164
+        (1,  8,  8,  8)           1.050 s        -         179    164
+        (1,  8, 16, 16)           0.831 s        -         177    164
+        (2,  8, 16,  8)           (a)            -         116    103
+        (3,  8, 16,  8)             -            -         104     91
+    2D  (2,  4, 16,  8)           0.181 s      6.08 s       62     49
+        (2,  8, 16,  8)  *        0.168 s      5.42 s       56     46
+        (2, 16, 16,  8)           0.174 s      5.82 s       54     44
+        (1,  8, 16,  8)           0.167 s      5.63 s       68     56
+        (3,  8, 16,  8)           0.212 s        -          54     42
+
+(a) 1.375 s against 1.242 s for (1, 4, 16, 8) in another process; in a
+third, (2, 8, 32, 8) took 1.534 s against 1.112 s for (1, 4, 16, 8).
+
+Finer x cells trim each row's run closer to the ball; finer y/z cells
+(k = 2, 3) read far fewer pairs but cost one compare per run on every slot
+(25 or 49 runs a particle in 3D, against 9): k = 2 was 1.1-1.4x slower in
+3D in every trial. A windowed walk (w - 1 compares a slot, a step stopping
+at the start of run r + w) did not recover it: (2, 8, 16, 8) with w = 6 took
+0.787 s at 1e5 against 0.724 s for (1, 4, 16, 8), and 16.0 s at 1e6 against
+10.5 s, so it was not kept.
+
+**Banded lists**, measured with one relaxation step of a 100,000-star cluster
+(8 bands, live particles only, density and loss-gradient passes; one process
+per cluster, interleaved, best of 3, same load):
+
+    3D  (k, kx, chunk, groups)   Plummer   King W0 = 9
+        (1,  4, 16, 128)          3.81 s    3.90 s
+        (1,  8, 16, 128)          3.21 s      -
+        (1, 16, 16, 128)  *       2.63 s    3.09 s
+        (2,  8, 16, 128)          3.00 s    3.85 s
+        (2, 16, 16, 128)          2.43 s    4.00 s
+
+so the banded lists share the single lists' cells: 306 slots a live
+particle of the relaxed Plummer sphere, against 361 for (1, 4, 16, 128) and
+174 for (2, 8, 16, 128) (the banded layout before the engine), for 58
+neighbours; 100 steps took 169 s of CPU against 196 s for (1, 4, 16, 128),
+the same 1.95% rms (`benchmarks/relax.py --case plummer`, both runs at
+once). The 2D banded layout is not measured separately.
 """
 
 from __future__ import annotations
@@ -28,9 +82,14 @@ class Layout(NamedTuple):
 
 LAYOUTS = {
     1: Layout(1, 4, 16, 8),
-    2: Layout(2, 4, 16, 8),
-    3: Layout(1, 4, 16, 8),
+    2: Layout(2, 8, 16, 8),
+    3: Layout(1, 16, 16, 8),
 }
+
+# Groups of a banded list's slot loop: particles outside a band have no work
+# and a group costs its largest count times its size, so many small groups
+# keep a band's padding small (empty groups cost a loop test).
+BAND_GROUPS = 128
 
 
 def layout_for(
@@ -40,9 +99,11 @@ def layout_for(
     x_cells_per_reach: int | None = None,
     chunk: int | None = None,
     groups: int | None = None,
+    banded: bool = False,
 ) -> Layout:
-    """`LAYOUTS[dim]` with the given fields replaced (None keeps the default);
-    every field must be a positive int (`ValueError` naming it)."""
+    """`LAYOUTS[dim]` (with `BAND_GROUPS` groups if `banded`) with the given
+    fields replaced (None keeps the default); every field must be a positive
+    int (`ValueError` naming it)."""
     if dim not in LAYOUTS:
         raise ValueError(f"dim must be one of {sorted(LAYOUTS)}, got {dim}")
     given = {
@@ -51,7 +112,7 @@ def layout_for(
         "chunk": chunk,
         "groups": groups,
     }
-    layout = LAYOUTS[dim]
+    layout = LAYOUTS[dim]._replace(groups=BAND_GROUPS) if banded else LAYOUTS[dim]
     for name, value in given.items():
         if value is None:
             continue

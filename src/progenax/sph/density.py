@@ -16,7 +16,8 @@ $$\bar x_i = \sum_j \bigl(\bar\rho_i m_j F(r_{ij}, h_i) + \bar\rho_j m_i F(r_{ij
 \bar m_i = \sum_j \bar\rho_j W(r_{ij}, h_j),\quad
 \bar h_i = \bar\rho_i \sum_j m_j \partial_h W(r_{ij}, h_i),$$
 
-with $F = W'(r)/r$, in one more pass over the same candidates, gather only:
+with $F = W'(r)/r$ (`pairs.density_pullback`, the pair's analytic VJP), in
+one more pass over the same candidates, gather only:
 the residuals kept for the gradient are O(N) (the features, the cell list),
 where autodiff through the padded arrays would store every pair slot. Only the
 cotangents that are asked for are computed. Forward mode (`jax.jvp`) is not
@@ -46,7 +47,7 @@ from ..neighbours import build_cell_list, layout_for, make_pair_sum, minimum_ima
 from ..sampling import safe_norm
 from ..validation import check_finite, check_range
 from .kernels import SUPPORT, get_kernel
-from .pairs import density_pair
+from .pairs import density_pair, density_pullback
 
 BACKENDS = ("cells", "brute", "jax_md")
 
@@ -106,7 +107,9 @@ def _cells_density_fn(kernel_name: str, dim: int, layout):
     candidate both ways, so the engine's symmetric, gather-only form is exact).
     Jitted once per configuration: eager calls (and eager `jax.grad`) reuse
     the compiled loops."""
-    pair_sum = make_pair_sum(density_pair(kernel_name, dim), layout, symmetric=True)
+    pair_sum = make_pair_sum(
+        density_pair(kernel_name, dim), layout, symmetric=True, pullback=density_pullback(kernel_name, dim)
+    )
 
     def density(positions, masses, h, box):
         reach = jax.lax.stop_gradient(SUPPORT * jnp.max(h))

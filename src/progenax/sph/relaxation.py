@@ -94,7 +94,7 @@ class RelaxSettings:
     - `kernel`: "cubic", "wendland_c2" or "wendland_c4".
     - `n_bands` (>= 1), `band_ratio` (> 1): smoothing-length bands of the cell
       lists (`sph.pairs.build_bands`); `cells_per_reach`, `x_cells_per_reach`,
-      `chunk` (None: `sph.pairs.DEFAULT_LAYOUT`) and `groups`: their layout.
+      `chunk` (None: `neighbours.LAYOUTS`) and `groups`: their layout.
     """
 
     steps: int = 200

@@ -1,0 +1,153 @@
+"""Osipkov-Merritt anisotropy (`ra`) through the generic Eddington path.
+
+The statistical acceptance (Plummer, ra = a and 2a, N = 1e5) compares beta(r),
+sigma_r(r) and sigma_t(r) in 5 radial bins inside 4a with an independent
+solution of the anisotropic Jeans equation
+
+    d(rho sigma_r^2)/dr + 2 beta rho sigma_r^2 / r = -rho dPhi/dr,
+
+whose integrating factor for beta = r^2/(r^2 + ra^2) is (r^2 + ra^2):
+rho sigma_r^2 = (r^2 + ra^2)^-1 int_r^inf (r'^2 + ra^2) rho G M(r') / r'^2 dr'
+(scipy's quad, in G = M = a = 1), and sigma_t^2 = 2 (1 - beta) sigma_r^2. A bin's
+prediction is the mass-weighted mean over the bin. The tolerance is 3 of the
+sample's own standard errors, derived from the sample itself: the standard error
+of a bin mean of v_r^2 (or v_t^2) is its sample standard deviation over sqrt(n),
+and that of the bin's beta = 1 - <v_t^2> / (2 <v_r^2>) follows from the delta
+method with the sample covariance of (v_t^2, v_r^2).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import quad
+
+import progenax
+from progenax.models import Dehnen, Plummer
+from progenax.models.osipkov_merritt import osipkov_merritt_limit
+
+N = 100_000
+EDGES = np.array([0.0, 0.5, 1.0, 1.75, 2.75, 4.0])  # in units of a, inside 4a
+
+
+def _jeans_moments(ra: float, lo: float, hi: float) -> tuple[float, float]:
+    """Mass-weighted bin means of sigma_r^2 and sigma_t^2 (G = M = a = 1)."""
+    rho = lambda r: 3.0 / (4.0 * np.pi) * (1.0 + r * r) ** -2.5
+    mass = lambda r: r**3 / (1.0 + r * r) ** 1.5
+
+    def rho_sr2(r):
+        inner = quad(lambda s: (s * s + ra * ra) * rho(s) * mass(s) / (s * s), r, np.inf, epsabs=0, epsrel=1e-11)[0]
+        return inner / (r * r + ra * ra)
+
+    def weight(r, which):
+        beta = r * r / (r * r + ra * ra)
+        value = rho_sr2(r) * (1.0 if which == "r" else 2.0 * (1.0 - beta))
+        return 4.0 * np.pi * r * r * value
+
+    m = quad(lambda r: 4.0 * np.pi * r * r * rho(r), lo, hi, epsrel=1e-11)[0]
+    return tuple(quad(lambda r: weight(r, w), lo, hi, epsrel=1e-10)[0] / m for w in ("r", "t"))
+
+
+@pytest.fixture(scope="module")
+def om_builds():
+    # One compile: ra is a traced value of the same builder.
+    a = float(Plummer(1.0).scale_radius)
+    builds = {}
+    for ra_over_a in (1.0, 2.0):
+        ic = progenax.plummer_builder(jax.random.PRNGKey(3), n=N, r_h=1.0, ra=ra_over_a * a, Q=None, imf="equal")
+        builds[ra_over_a] = ic
+    return a, builds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ra_over_a", [1.0, 2.0])
+def test_plummer_om_against_jeans(om_builds, ra_over_a):
+    a, builds = om_builds
+    ic = builds[ra_over_a]
+    x, v = np.asarray(ic.state.positions), np.asarray(ic.state.velocities)
+    model = ic.model
+    r = np.linalg.norm(x, axis=1)
+    e_r = x / r[:, None]
+    vr2 = np.sum(v * e_r, axis=1) ** 2
+    vt2 = np.sum(v * v, axis=1) - vr2
+    # Jeans' moments in units of G M / a (M: the drawn stars' mass)
+    unit = model.G * float(model.total_mass) / a
+    for lo, hi in zip(EDGES[:-1], EDGES[1:]):
+        s = (r >= lo * a) & (r < hi * a)
+        n = s.sum()
+        R, T = vr2[s].mean(), vt2[s].mean()
+        se_R, se_T = vr2[s].std() / np.sqrt(n), vt2[s].std() / np.sqrt(n)
+        cov = np.cov(vt2[s], vr2[s])[0, 1] / n
+        d_T, d_R = -1.0 / (2.0 * R), T / (2.0 * R * R)
+        se_beta = np.sqrt(d_T**2 * se_T**2 + d_R**2 * se_R**2 + 2.0 * d_T * d_R * cov)
+        sr2, st2 = (unit * m for m in _jeans_moments(ra_over_a, lo, hi))
+        beta = 1.0 - st2 / (2.0 * sr2)
+        assert abs(R - sr2) < 3.0 * se_R, (lo, hi, R, sr2, se_R)
+        assert abs(T - st2) < 3.0 * se_T, (lo, hi, T, st2, se_T)
+        assert abs((1.0 - T / (2.0 * R)) - beta) < 3.0 * se_beta, (lo, hi, 1.0 - T / (2.0 * R), beta, se_beta)
+    # every star bound in the model's potential (E >= Q >= 0)
+    psi = -np.asarray(model.potential(r))
+    assert np.all(0.5 * np.sum(v * v, axis=1) < psi)
+
+
+def test_plummer_limit_closed_form():
+    m = Plummer(1.0)
+    limit = jax.jit(osipkov_merritt_limit)(m)
+    assert abs(float(limit / m.scale_radius) - 0.75) < 1e-6
+    assert abs(float(m.anisotropy_limit() / m.scale_radius) - 0.75) < 1e-15
+
+
+def test_hernquist_limit():
+    # Hernquist's OM limit is about 0.2 a in the literature (f >= 0 for ra >~ 0.2 a).
+    m = Dehnen(1.0, 1.0)
+    ratio = float(jax.jit(osipkov_merritt_limit)(m) / m.scale_radius)
+    assert 0.15 < ratio < 0.25, ratio
+
+
+def test_bad_ra_eager():
+    with pytest.raises(ValueError, match=r"ra must be >= 0.75 a.*0.5748"):
+        progenax.plummer_builder(0, n=100, ra=0.5)
+    with pytest.raises(ValueError, match="ra must be > 0"):
+        progenax.plummer_builder(0, n=100, ra=-1.0)
+    with pytest.raises(ValueError, match="ra must be > 0"):
+        progenax.model_builder(0, "dehnen", n=100, gamma=1.0, ra=0.0)
+
+
+# ra and rotation traced: one compile serves the good call and every bad value.
+_under_jit = jax.jit(lambda ra, k: progenax.plummer_builder(0, n=100, ra=ra, rotation=k).state.positions)
+
+
+@pytest.mark.parametrize(
+    "ra,k,match",
+    [
+        (0.5, 0.0, "ra (must be >= 0.75 a|is below the model's Osipkov-Merritt)"),
+        (-1.0, 0.0, "ra must be > 0"),
+        (2.0, 1.5, "rotation"),
+        (2.0, np.nan, "rotation"),
+    ],
+)
+def test_bad_ra_and_rotation_under_jit(ra, k, match):
+    assert np.all(np.isfinite(_under_jit(2.0, 0.5)))
+    with pytest.raises(Exception, match=match):
+        jax.block_until_ready(_under_jit(ra, k))
+
+
+@pytest.mark.slow  # two compiles (the Dehnen OM build, then the limit for the message): 10-30 s
+def test_generic_limit_raises_for_dehnen():
+    # Below Hernquist's limit the numerical f(Q) is negative: the generic check.
+    with pytest.raises(ValueError, match=r"ra is below the model's Osipkov-Merritt consistency limit.*limit is 0\.0"):
+        progenax.model_builder(0, "dehnen", n=100, gamma=1.0, r_h=1.0, ra=0.01)
+
+
+def test_isotropic_speeds_refused_with_ra():
+    with pytest.raises(ValueError, match="isotropic"):
+        Plummer(1.0, ra=2.0).sample_speeds(jax.random.PRNGKey(0), jnp.ones(3))
+
+
+def test_float32_om_and_rotation_without_nan():
+    with jax.enable_x64(False):
+        ic = progenax.plummer_builder(0, n=500, ra=1.0, rotation=0.5, rotation_scale=1.0)
+        s = ic.state
+        assert s.velocities.dtype == jnp.float32
+        for leaf in (s.positions, s.velocities, s.masses):
+            assert bool(jnp.all(jnp.isfinite(leaf)))
