@@ -286,12 +286,6 @@ _RA_REASON = (
 )
 
 
-def _jump_reason(measured: str) -> str:
-    """Reason of an entry whose observable jumps between the audit's steps (found when
-    the audit moved to two keys and steps 1e-4, 1e-6, issue 22): partial until fixed."""
-    return f"O jumps inside the step-1e-4 stencil ({measured}): a discontinuity in the builder, to be fixed"
-
-
 def _load_registry() -> None:
     """Register the built-in entries once (kept here so the table is in one place)."""
     global _LOADED
@@ -312,15 +306,9 @@ def _load_registry() -> None:
         # King entries keep Q = None (equilibrium DF velocities); the LIMEPY ones
         # all pass Q, so each builder compiles once (a compile costs ~30 s).
         AuditEntry("king_builder", "alpha", 2.3, (0.5, 4.0)),
-        AuditEntry(
-            "limepy_builder",
-            "W0",
-            6.0,
-            (0.5, 12.0),
-            kwargs={"g": 1.5, "Q": 0.5},
-            status="partial",
-            reason=_jump_reason("key 1: autodiff 195.8; step 1e-4 gives -151.4, step 1e-6 195.8"),
-        ),
+        # Full since a traced segregation = 0 skips the energy ranking (issue 22: the
+        # ranking re-paired masses with orbits and jumped with W0 and gamma).
+        AuditEntry("limepy_builder", "W0", 6.0, (0.5, 12.0), kwargs={"g": 1.5, "Q": 0.5}),
         AuditEntry("limepy_builder", "g", 1.0, (0.05, 2.5), kwargs={"W0": 5.0, "Q": 0.5}),
         AuditEntry("limepy_builder", "r_h", 1.0, (1e-3, 1e3), kwargs={"Q": 0.5}),
         AuditEntry("limepy_builder", "Q", 0.5, (1e-3, 5.0)),
@@ -332,14 +320,7 @@ def _load_registry() -> None:
         # Q-independent energies, and its radial remap sorts once, mass-independently.
         AuditEntry("fractal_builder", "alpha", 2.3, (0.5, 4.0)),
         AuditEntry("fractal_builder", "Q", 0.5, (1e-3, 5.0)),
-        AuditEntry(
-            "eff_builder",
-            "gamma",
-            3.0,
-            (2.25, 12.0),
-            status="partial",
-            reason=_jump_reason("key 0: autodiff -143133, step 1e-4 gives -304806; key 1: -615087 against -637255"),
-        ),
+        AuditEntry("eff_builder", "gamma", 3.0, (2.25, 12.0)),
         AuditEntry("fractal_builder", "D", 2.0, (1.6, 3.0), status="partial", reason=_FRACTAL_D_REASON),
         AuditEntry("fractal_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
         AuditEntry("plummer_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),

@@ -212,6 +212,26 @@ def error_if(x, pred: ArrayLike, message: str):
     return x
 
 
+def without_checks(fn):
+    """`fn` with the traced checks of the functions it calls dropped (collected
+    into a list of its own and discarded).
+
+    For code whose inputs were checked already and that runs in a trace of its
+    own inside a builder's (a `custom_jvp` rule): its checks would otherwise
+    record that trace's tracers into the builder's deferred checks, a leak.
+    """
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        token = _COLLECTED.set([])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _COLLECTED.reset(token)
+
+    return wrapped
+
+
 def raise_collected(output, preds: Array, messages: tuple[str, ...]):
     """Raise the first failed check (concrete), or tie them to `output` (traced)."""
     if not messages:

@@ -117,7 +117,15 @@ def segregate(key, positions, velocities, masses, params, segregation, temperatu
         return positions, velocities
     params["segregation"] = segregation
     k_seg = jax.random.fold_in(key, 7)
-    return apply_segregation(k_seg, positions, velocities, masses, segregation, temperature=temperature, G=G_PHYSICAL)
+
+    def segregated(orbits):
+        x, v = orbits
+        return apply_segregation(k_seg, x, v, masses, segregation, temperature=temperature, G=G_PHYSICAL)
+
+    # A traced S of exactly 0 (an outer jit's argument) leaves the orbits as drawn,
+    # as a concrete 0 does: at S = 0 the relaxed ranking still re-pairs masses with
+    # orbits in energy order, which moves with the model's parameters (issue 22).
+    return jax.lax.cond(segregation > 0, segregated, lambda orbits: orbits, (positions, velocities))
 
 
 def _centre(x: Array, masses: Array) -> Array:

@@ -22,7 +22,6 @@ centre of mass of infinite variance).
 
 from __future__ import annotations
 
-import functools
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -45,7 +44,7 @@ from ..profiles.eff import (
 )
 from ..sampling import uniform_open
 from ..units import G_PHYSICAL
-from ..validation import _COLLECTED, ParameterChecks
+from ..validation import ParameterChecks, without_checks
 from ._base import ANISOTROPY_RADIUS, AbstractClusterModel, Interval, Parameter, optional_array
 from ._math import hermite, one_minus_exp_over
 
@@ -224,33 +223,13 @@ def _with_radial(value, d_param, slope, dr):
     return value, tangent if d_param is None else tangent + d_param
 
 
-def _unchecked(fn):
-    """`fn` with the range checks of the profile functions it calls dropped.
-
-    The profile's parameters were checked when the model was built; inside a
-    custom_jvp's own trace the checks of `eff_mass_fraction` and `eff_density`
-    would record that trace's tracers into a builder's deferred checks (a leak),
-    so they go to a list of their own.
-    """
-
-    @functools.wraps(fn)
-    def wrapped(*args):
-        token = _COLLECTED.set([])
-        try:
-            return fn(*args)
-        finally:
-            _COLLECTED.reset(token)
-
-    return wrapped
-
-
 _TABLE_FIRST, _TABLE_LAST, _TABLE_NODES = -12.0, 37.0, 4901  # the DF's points lie in [-10, 36]
 
 
-@_unchecked
+@without_checks
 def _mass_table(profile: EFFProfile) -> tuple[Array, Array, Array]:
     """(step, m, dm/dx) on the nodes of `EFFProfile.tabulated` (the builder checked
-    the parameters: the profile functions' own checks are dropped, `_unchecked`)."""
+    the parameters: the profile functions' own checks are dropped, `without_checks`)."""
     dtype = jnp.result_type(profile.r_h, float)
     end = _TABLE_LAST if profile.r_t is None else jnp.log(profile.r_t / profile.r_h)
     step = (end - _TABLE_FIRST) / (_TABLE_NODES - 1)
@@ -262,7 +241,7 @@ def _mass_table(profile: EFFProfile) -> tuple[Array, Array, Array]:
     return step, m, dm
 
 
-@_unchecked
+@without_checks
 def _mass_fraction_series(r: Array, profile: EFFProfile) -> Array:
     if profile.mass_table is None:
         return eff_mass_fraction(r, profile.gamma, profile.a, profile.r_t)
@@ -280,7 +259,7 @@ def _mass_fraction_series(r: Array, profile: EFFProfile) -> Array:
 _radial_mass_fraction = jax.custom_jvp(_mass_fraction_series)
 
 
-@_unchecked
+@without_checks
 def _radial_mass_fraction_jvp(primals, tangents):
     r, profile = primals
     dr, d_profile = tangents
@@ -292,7 +271,7 @@ def _radial_mass_fraction_jvp(primals, tangents):
 _radial_mass_fraction.defjvp(_radial_mass_fraction_jvp, symbolic_zeros=True)
 
 
-@_unchecked
+@without_checks
 def _potential_formula(r: Array, profile: EFFProfile) -> Array:
     return profile._potential(r)
 
@@ -300,7 +279,7 @@ def _potential_formula(r: Array, profile: EFFProfile) -> Array:
 _radial_potential = jax.custom_jvp(_potential_formula)
 
 
-@_unchecked
+@without_checks
 def _radial_potential_jvp(primals, tangents):
     r, profile = primals
     dr, d_profile = tangents
