@@ -100,6 +100,7 @@ def sbc_rank_plot(
     A calibrated posterior stays inside the band everywhere; a curve above it
     near the middle means too wide a posterior, an S shape a biased one.
     """
+    # Imported here for start-up time, as in `pair_plot` (scipy is not loaded by `import progenax`).
     import matplotlib
 
     matplotlib.use("Agg")
