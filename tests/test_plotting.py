@@ -1,4 +1,5 @@
-"""progenax.plotting.quicklook on hand-made clusters (no builder needed)."""
+"""progenax.plotting.quicklook on hand-made clusters (no builder needed), and on one
+small anisotropic, rotating build for the extra kinematic panels."""
 
 import jax
 
@@ -11,7 +12,7 @@ import pytest  # noqa: E402
 import progenax  # noqa: E402
 from progenax.diagnostics import density_centre  # noqa: E402
 from progenax.imf import kroupa, salpeter  # noqa: E402
-from progenax.plotting import _imf_of, quicklook  # noqa: E402
+from progenax.plotting import _imf_of, _quicklook_figure, quicklook  # noqa: E402
 from progenax.profiles.plummer import plummer_scale_radius  # noqa: E402
 from progenax.state import InitialConditions, ParticleState  # noqa: E402
 from progenax.units import physical_units  # noqa: E402
@@ -68,3 +69,24 @@ def test_imf_comes_from_recorded_parameters():
     np.testing.assert_allclose(found.mean_mass(), salpeter().mean_mass())
     found, _ = _imf_of(progenax.plummer_builder(0, n=100, imf="equal"))
     assert found is None
+
+
+def test_default_figure_keeps_three_panels():
+    # 1000 stars: points, no colorbar axes; no ra, no rotation: no extra panels
+    assert len(_quicklook_figure(_plummer_ic(1000)).axes) == 3
+
+
+def test_quicklook_adds_anisotropy_and_rotation_panels(tmp_path):
+    # One small build (one compile) with both set; the params without
+    # `rotation` stand for a build with ra only.
+    ic = progenax.plummer_builder(0, n=2000, ra=1.0, rotation=0.5, Q=None)
+    assert _is_png(quicklook(ic, tmp_path / "kin.png"))
+    fig = _quicklook_figure(ic)
+    assert len(fig.axes) == 5
+    assert "anisotropy" in fig.axes[3].get_title() and "rotation" in fig.axes[4].get_title()
+    assert len(fig.axes[3].get_lines()) >= 1  # the model's beta(r) is drawn
+    params = {k: v for k, v in ic.params.items() if k != "rotation"}
+    ra_only = InitialConditions(ic.state, ic.weights, ic.model, params, ic.units)
+    assert len(_quicklook_figure(ra_only).axes) == 4
+    no_spin = InitialConditions(ic.state, ic.weights, ic.model, {**ic.params, "rotation": 0.0}, ic.units)
+    assert len(_quicklook_figure(no_spin).axes) == 4

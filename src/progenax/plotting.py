@@ -10,7 +10,15 @@ r"""Quick-look figure of a built cluster: where the stars are, how dense, how he
    heaviest stars), with Poisson error bars, against the model's analytic profile
    (`ic.model.density`; skipped for models without one, fractal say);
 3. the mass function $dN/d\log_{10} m$ in logarithmic mass bins, with the IMF the
-   cluster was drawn from over it when it was a power law.
+   cluster was drawn from over it when it was a power law;
+4. only when the cluster was built with an Osipkov-Merritt radius (`ra` in
+   `ic.params`): the anisotropy $\beta(r) = 1 - \langle v_t^2\rangle/(2\langle
+   v_r^2\rangle)$ in radial bins holding equal numbers of stars, with its
+   standard error (`progenax.diagnostics.anisotropy_profile`), against the
+   model's $\beta(r) = r^2/(r^2 + r_a^2)$ (when the model gives $r_a$ in pc);
+5. only when it was built rotating (`rotation` non-zero in `ic.params`): the mean
+   $v_\phi$ in cylindrical bins of $R$ about the z axis, with its standard error
+   (`progenax.diagnostics.rotation_curve`).
 
 Masses are weighted by the membership weights. Matplotlib's object API is used
 with the Agg canvas, so no display and no pyplot state are involved.
@@ -25,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .diagnostics.centre import density_centre
+from .diagnostics.kinematics import anisotropy_profile, rotation_curve
 from .imf import PowerLawIMF
 from .io._paths import atomic_write
 from .models import NoAnalyticFormError
@@ -32,6 +41,9 @@ from .sph.relax import adaptive_density, model_density, smoothing_lengths, trace
 
 _POINTS_MAX_N = 5_000
 """Up to this many stars panel 1 draws points; above it, a 2D histogram."""
+
+_PANEL_WIDTH = 15.5 / 3
+"""Inches per panel: the three-panel figure is 15.5 x 4.8 in."""
 
 
 def save_png(fig, path: str | os.PathLike, *, dpi: int = 110, **savefig_kwargs) -> Path:
@@ -205,12 +217,96 @@ def _panel_mass_function(ax, ic, c: dict[str, Any], imf) -> None:
     ax.legend(fontsize=8, loc="lower left")
 
 
+def _scalar_param(ic, name: str) -> float | None:
+    """`ic.params[name]` as a float, or None when it is absent, None or not a scalar."""
+    value = dict(ic.params).get(name)
+    if value is None or isinstance(value, str) or np.ndim(value) != 0:
+        return None
+    return float(np.asarray(value))
+
+
+def _kinematic_bins(radius: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Edges of bins holding equal numbers of stars out to the 95th percentile
+    radius (beyond, too few stars per bin), 4 to 12 bins (~36 stars a bin at
+    least, so beta's delta-method error holds)."""
+    radius = radius[w > 0]
+    n_bins = int(np.clip(np.sqrt(radius.size) / 6, 4, 12))
+    edges = np.quantile(radius, np.linspace(0.0, 0.95, n_bins + 1))
+    edges[0] = 0.0
+    return edges
+
+
+def _velocities_in_frame(c: dict[str, Any]) -> np.ndarray:
+    """Velocities in the mass-weighted centre-of-mass frame (a built cluster's own)."""
+    return c["v"] - (c["mw"][:, None] * c["v"]).sum(axis=0) / c["mw"].sum()
+
+
+def _panel_anisotropy(ax, ic, c: dict[str, Any], r_h: float) -> None:
+    p = anisotropy_profile(c["x"], _velocities_in_frame(c), c["mw"], _kinematic_bins(c["r"], c["mw"]))
+    ax.errorbar(p.radius, p.beta, yerr=p.beta_err, fmt="o", ms=3.5, color="C0", capsize=0, label="measured")
+    ra = ic.model.anisotropy_radius
+    if ra is not None:
+        ra = float(np.asarray(ra))
+        grid = np.linspace(0.0, p.edges[-1], 200)
+        label = f"model $r^2/(r^2 + r_a^2)$, $r_a$ = {ra:.3g} pc"
+        ax.plot(grid, grid**2 / (grid**2 + ra**2), color="C3", lw=1.5, label=label)
+    ax.axhline(0.0, color="0.6", ls=":", lw=1)
+    ax.axvline(r_h, color="0.6", ls=":", lw=1, label=f"$r_h$ = {r_h:.3g} pc (measured)")
+    ax.set_xlim(0.0, p.edges[-1])
+    ax.set_xlabel("r [pc]")
+    ax.set_ylabel(r"$\beta = 1 - \langle v_t^2\rangle / 2\langle v_r^2\rangle$")
+    ax.set_title("velocity anisotropy")
+    ax.legend(fontsize=8, loc="upper left")
+
+
+def _panel_rotation(ax, ic, c: dict[str, Any], r_h: float) -> None:
+    R = np.hypot(c["x"][:, 0], c["x"][:, 1])
+    curve = rotation_curve(c["x"], _velocities_in_frame(c), c["mw"], _kinematic_bins(R, c["mw"]))
+    ax.errorbar(curve.radius, curve.v_phi, yerr=curve.v_phi_err, fmt="o", ms=3.5, color="C0", capsize=0)
+    ax.axhline(0.0, color="0.6", ls=":", lw=1)
+    ax.axvline(r_h, color="0.6", ls=":", lw=1)
+    k, scale = _scalar_param(ic, "rotation"), _scalar_param(ic, "rotation_scale") or 0.0
+    ax.set_xlim(0.0, curve.edges[-1])
+    ax.set_xlabel("R [pc] (cylindrical, about z)")
+    ax.set_ylabel(r"mean $v_\phi$ [km/s]")
+    ax.set_title(f"rotation: k = {k:.3g}, $L_0$ = {scale:.3g} pc km/s")
+
+
+def _quicklook_figure(ic, imf=None):
+    """The quick-look `Figure` (3 panels, plus anisotropy and rotation when set)."""
+    from matplotlib.figure import Figure  # matplotlib only when a figure is drawn (start-up time)
+
+    c = _numpy_cluster(ic)
+    r_h = _half_mass_radius(c["r"], c["mw"])
+    extra = []
+    if _scalar_param(ic, "ra") is not None:
+        extra.append(_panel_anisotropy)
+    if _scalar_param(ic, "rotation"):
+        extra.append(_panel_rotation)
+    fig = Figure(figsize=(_PANEL_WIDTH * (3 + len(extra)), 4.8), layout="constrained")
+    axes = fig.subplots(1, 3 + len(extra))
+    _panel_positions(axes[0], c, r_h)
+    _panel_density(axes[1], ic, c, r_h)
+    _panel_mass_function(axes[2], ic, c, imf)
+    for ax, panel in zip(axes[3:], extra):
+        panel(ax, ic, c, r_h)
+    n = c["m"].shape[0]
+    params = ", ".join(
+        f"{k} = {float(np.asarray(v)):.3g}"
+        for k, v in dict(ic.params).items()
+        if not isinstance(v, str) and v is not None and np.asarray(v).ndim == 0
+    )
+    fig.suptitle(f"{ic.model.name}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$" + (f"   ({params})" if params else ""))
+    return fig
+
+
 def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
-    """Write a three-panel PNG overview of `ic` to `path` and return the path.
+    """Write a PNG overview of `ic` to `path` and return the path.
 
     Panels: projected x-y positions, the density profile in log radial shells
-    against the model's analytic profile, and the mass function against the IMF.
-    See the module docstring.
+    against the model's analytic profile, and the mass function against the IMF;
+    then beta(r) when the cluster has an Osipkov-Merritt `ra`, and the mean
+    v_phi(R) when it rotates. See the module docstring.
 
     **Arguments:**
 
@@ -222,24 +318,7 @@ def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
       fits the masses (Kolmogorov-Smirnov test); equal masses draw a line.
     - `dpi`: resolution of the PNG.
     """
-    from matplotlib.figure import Figure  # matplotlib only when a figure is drawn (start-up time)
-
-    path = Path(path)
-    c = _numpy_cluster(ic)
-    r_h = _half_mass_radius(c["r"], c["mw"])
-    fig = Figure(figsize=(15.5, 4.8), layout="constrained")
-    axes = fig.subplots(1, 3)
-    _panel_positions(axes[0], c, r_h)
-    _panel_density(axes[1], ic, c, r_h)
-    _panel_mass_function(axes[2], ic, c, imf)
-    n = c["m"].shape[0]
-    params = ", ".join(
-        f"{k} = {float(np.asarray(v)):.3g}"
-        for k, v in dict(ic.params).items()
-        if not isinstance(v, str) and np.asarray(v).ndim == 0
-    )
-    fig.suptitle(f"{ic.model.name}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$" + (f"   ({params})" if params else ""))
-    return save_png(fig, path, dpi=dpi)
+    return save_png(_quicklook_figure(ic, imf), Path(path), dpi=dpi)
 
 
 def relax_before_after(

@@ -6,6 +6,8 @@ command line, relaxation, the quick-look plot, the audit and the inference all
 ask the model; see `docs/architecture.md` for how to add one.
 """
 
+from . import eddington as eddington
+from . import osipkov_merritt as osipkov_merritt
 from ._base import REGISTRY as REGISTRY
 from ._base import AbstractClusterModel as AbstractClusterModel
 from ._base import Interval as Interval
