@@ -59,6 +59,7 @@ def solve_increasing(
     F_lo: Array | None = None,
     F_hi: Array | None = None,
     x0: Array | None = None,
+    unroll: bool | None = None,
 ) -> Array:
     r"""Solve $F(x) = t$ for increasing elementwise $F$ on the bracket [lo, hi].
 
@@ -74,6 +75,9 @@ def solve_increasing(
       converges quadratically once inside its basin; the secant fallback at
       least linearly. From a table bracket a few steps reach machine precision
       (see the tests); from a wide bracket use more.
+    - `unroll`: unroll the fixed loop (default: when `num_steps` <= 8, so XLA
+      fuses it into one pass). Pass False when F holds a loop of its own (a
+      series' Horner scan): each unrolled copy of it is compiled again.
 
     **Returns:** $x$ with the implicit-function gradient described in the module.
     """
@@ -106,7 +110,9 @@ def solve_increasing(
     init = (guess, a0, fa0, b0, fb0)
     # A short fixed loop is unrolled so XLA fuses it into one elementwise pass
     # (a rolled scan writes the 5 carried arrays to memory every step).
-    (root, *_), _ = jax.lax.scan(step, init, None, length=num_steps, unroll=num_steps <= 8)
+    (root, *_), _ = jax.lax.scan(
+        step, init, None, length=num_steps, unroll=(num_steps <= 8) if unroll is None else unroll
+    )
     # The iteration's own derivative is discarded (and dead-code eliminated);
     # the implicit-function rule supplies it instead.
     root = jax.lax.stop_gradient(root)

@@ -460,5 +460,7 @@ def eff_sample_radii(u: ArrayLike, gamma: ArrayLike, a: ArrayLike, r_t: ArrayLik
     grid = lo + (hi - lo) * jnp.linspace(0.0, 1.0, _N_TABLE, dtype=u.dtype)
     table = jax.lax.stop_gradient(F(grid))
     k = jnp.clip(jnp.searchsorted(table, jax.lax.stop_gradient(target), side="right"), 1, _N_TABLE - 1)
-    t = solve_increasing(F, target, grid[k - 1], grid[k], num_steps=_N_NEWTON, F_lo=table[k - 1], F_hi=table[k])
+    t = solve_increasing(
+        F, target, grid[k - 1], grid[k], num_steps=_N_NEWTON, F_lo=table[k - 1], F_hi=table[k], unroll=False
+    )
     return a * jnp.exp(t)
