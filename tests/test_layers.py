@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("binaries", ("binaries",)),
     ("builders", ("builders", "gravoturb")),
     ("sph", ("sph",)),
+    ("sharding", ("sharding",)),
     ("infer, io, plotting", ("infer", "io", "plotting")),
     ("audit, cli", ("audit", "cli", "__init__")),
 ]

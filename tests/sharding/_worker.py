@@ -1,0 +1,167 @@
+"""Sharded-against-one-device checks on simulated CPU devices, run in a subprocess.
+
+`python tests/sharding/_worker.py CASE [CASE ...]`, with XLA_FLAGS forcing the device
+count and JAX_ENABLE_X64 set by the caller (`run_worker` in tests/sharding/conftest.py);
+prints one JSON line of the largest relative differences. Not collected by
+pytest (no test_ prefix).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import progenax
+from progenax import sharding, sph
+from progenax.cli import CACHE_MAX_BYTES
+from progenax.neighbours import minimum_image
+
+# The test run's compilation cache (tests/conftest.py), in the same mode.
+if "PROGENAX_TEST_XLA_CACHE" in os.environ:
+    jax.config.update("jax_compilation_cache_dir", os.environ["PROGENAX_TEST_XLA_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+
+
+def rel(a, b) -> float:
+    """Largest difference over the largest magnitude of the reference."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def compare(x, m, h, rho0, box, **options) -> dict:
+    """Density, loss and the loss's gradient in x, m and h, sharded against
+    one device: the loss and its gradient through `jax.vjp` of the density
+    (two compiles a side, where `value_and_grad` of the loss beside the
+    density would take three; `density_loss` is the same sum, run in
+    `float32`)."""
+
+    def through_vjp(density):
+        rho, pullback = jax.vjp(lambda *a: density(*a, box=box), x, m, h)
+        return rho, jnp.sum((rho - rho0) ** 2), pullback(2.0 * (rho - rho0))
+
+    rho1, loss1, g1 = through_vjp(sph.density)
+    rho, loss, g = through_vjp(lambda *a, box: sharding.density(*a, box=box, **options))
+    return {
+        "density": rel(rho, rho1),
+        "loss": rel(loss, loss1),
+        "grad_x": rel(g[0], g1[0]),
+        "grad_m": rel(g[1], g1[1]),
+        "grad_h": rel(g[2], g1[2]),
+    }
+
+
+def open_uneven(n_devices: int) -> dict:
+    """Open 2D boundaries, N not a multiple of D, per-particle masses and h,
+    a clustered (Gaussian) cloud cut by count, with a third of the particles
+    on a few x values (ties, which a count cut splits across devices)."""
+    key = jax.random.PRNGKey(0)
+    n = 1501
+    x = jax.random.normal(key, (n, 2))
+    x = x.at[::3, 0].set(jnp.round(x[::3, 0], 1))
+    m = jnp.linspace(0.5, 1.5, n)
+    h = 0.1 * (1.0 + 0.3 * jnp.abs(x[:, 0]))
+    # The central slabs are thinner than the reach at D = 8: two hops.
+    return compare(x, m, h, 50.0, None, hops=2, halo=512)
+
+
+def periodic_edges(n_devices: int) -> dict:
+    """Periodic 2D box cut by edges: one slab empty (two equal edges; the
+    mesh then needs hops=2 to bridge it) and particles exactly on edges."""
+    length = 10.0
+    key = jax.random.PRNGKey(1)
+    n = 1203
+    x = jax.random.uniform(key, (n, 2), minval=0.0, maxval=length)
+    bounds = jnp.linspace(0.0, length, n_devices + 1)
+    bounds = bounds.at[2].set(bounds[1])  # slab 1 is empty
+    on_edge = jnp.arange(40) % n_devices + 1
+    x = x.at[:40, 0].set(bounds[on_edge])  # 40 particles on edges
+    h = 0.3 * jnp.ones(n)
+    slabs = sharding.decompose(x, n_devices, box=jnp.full(2, length), bounds=bounds)
+    counts = np.asarray(slabs.counts)
+    out = compare(x, 1.0, h, 8.0, length, bounds=bounds, hops=2, halo=512)
+    out["empty_devices"] = int(np.sum(counts == 0))
+    return out
+
+
+def relax(n_devices: int) -> dict:
+    """20 steps of the periodic relaxation, sharded (re-cut every 7 steps,
+    hops and halo measured) against `progenax.relax`."""
+    length = 10.0
+    n = 1000
+    x = jax.random.uniform(jax.random.PRNGKey(3), (n, 2), minval=0.0, maxval=length)
+    rho0 = 10.0
+    m = rho0 * length**2 / n
+    one = progenax.relax(x, target=rho0, box=length, steps=20, masses=m)
+    many = sharding.relax(x, m, target=rho0, box=length, steps=20, block=7)
+    moved = float(jnp.max(jnp.abs(minimum_image(one - x, length))))
+    return {"relax": float(jnp.max(jnp.abs(minimum_image(many - one, length)))) / moved}
+
+
+def three_d(n_devices: int) -> dict:
+    """3D: open boundaries, and a periodic box cut along z (axis 2), with
+    hops and halo measured from the data under eager `jax.grad`."""
+    x = jax.random.normal(jax.random.PRNGKey(7), (2001, 3))
+    out = {"open_" + k: v for k, v in compare(x, 1.0, 0.25, 10.0, None).items()}
+    x = jax.random.uniform(jax.random.PRNGKey(8), (2001, 3), maxval=6.0)
+    out.update({"periodic_" + k: v for k, v in compare(x, 1.0, 0.45, 10.0, 6.0, axis=2).items()})
+    return out
+
+
+def gaussian_target(x):
+    """A 2D Gaussian of unit mass and unit width (mass / length^2)."""
+    return jnp.exp(-0.5 * jnp.sum(x * x, axis=1)) / (2.0 * jnp.pi)
+
+
+def relax_open(n_devices: int) -> dict:
+    """20 steps in open space towards a Gaussian (live and frozen particles,
+    the centre-of-mass hold), sharded against `progenax.relax`."""
+    n = 1000
+    x = 1.2 * jax.random.normal(jax.random.PRNGKey(6), (n, 2))
+    m = 1.0 / n
+    one = progenax.relax(x, target=gaussian_target, masses=m, steps=20)
+    many = sharding.relax(x, m, target=gaussian_target, steps=20, block=7)
+    moved = float(jnp.max(jnp.abs(one - x)))
+    return {"relax": float(jnp.max(jnp.abs(many - one))) / moved, "moved": moved}
+
+
+def float32(n_devices: int) -> dict:
+    """`density_loss` in float32, with the halo measured (the default path)."""
+    x = jax.random.normal(jax.random.PRNGKey(4), (800, 2), jnp.float32)
+    one = sph.density_loss(x, 1.0, 0.2, 30.0)
+    many = sharding.density_loss(x, 1.0, 0.2, 30.0)
+    return {"float32": rel(many, one), "dtype": str(many.dtype)}
+
+
+def lost(n_devices: int) -> dict:
+    """Too few halo slots: a ValueError, not a silently wrong density."""
+    x = jax.random.uniform(jax.random.PRNGKey(5), (600, 2))
+    try:
+        sharding.density(x, 1.0, 0.05, box=1.0, halo=8)
+    except ValueError as err:
+        return {"raised": "neighbour would be lost" in str(err)}
+    return {"raised": False}
+
+
+CASES = {
+    "lost": lost,
+    "open_uneven": open_uneven,
+    "periodic_edges": periodic_edges,
+    "relax": relax,
+    "relax_open": relax_open,
+    "float32": float32,
+    "three_d": three_d,
+}
+
+if __name__ == "__main__":
+    n_devices = jax.device_count()
+    results = {"devices": n_devices}
+    for case in sys.argv[1:]:
+        results[case] = CASES[case](n_devices)
+    print(json.dumps(results))

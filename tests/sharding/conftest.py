@@ -1,0 +1,66 @@
+"""Running `_worker.py` on simulated devices, and the tolerance of its checks.
+
+Each check runs `_worker.py` in a subprocess whose CPU is split into 4 or 8
+simulated devices (`--xla_force_host_platform_device_count`, which must be
+set before jax starts), in float64; the 4- and 8-device checks are separate
+files so that the suite's two workers can run them side by side.
+
+Tolerance: 1e-12 relative to the largest entry. The sharded and one-device
+sums add the same pair terms in different orders (other cell grids, halo
+particles appended), so they differ by round-off: a few ulp (about 1e-16
+each) times the ~20 to 60 terms of a density, measured 1e-16 to 7e-16. A
+lost or doubled neighbour changes a density by its whole term (1e-2 or
+more), and a gradient summed twice over the mesh is off by a factor D: both
+fail by ten orders of magnitude. The 20-step relaxations compound round-off
+through the steps (measured 2e-14 to 8e-14 of the largest displacement),
+still far below 1e-12. float32: 1e-5, about 100 ulp of a sum of ~20
+positive terms (measured 2e-7).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+WORKER = pathlib.Path(__file__).with_name("_worker.py")
+TOLERANCE = 1e-12
+
+
+def _run_worker(n_devices: int, *cases: str) -> dict:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}".strip()
+    env["JAX_ENABLE_X64"] = "1"
+    done = subprocess.run(
+        [sys.executable, str(WORKER), *cases], env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["devices"] == n_devices
+    return results
+
+
+def _assert_equal(figures: dict, prefix: str = "") -> None:
+    for name in ("density", "loss", "grad_x", "grad_m", "grad_h"):
+        assert figures[prefix + name] < TOLERANCE, (prefix + name, figures)
+
+
+@pytest.fixture
+def run_worker():
+    """`run_worker(n_devices, *cases) -> dict` of the worker's figures."""
+    return _run_worker
+
+
+@pytest.fixture
+def assert_equal():
+    """`assert_equal(figures, prefix="")`: density, loss and gradients below `TOLERANCE`."""
+    return _assert_equal
+
+
+@pytest.fixture
+def tolerance():
+    return TOLERANCE
