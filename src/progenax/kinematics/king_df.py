@@ -110,12 +110,15 @@ def speed_pdf(q: Array, W: Array, g: Array, p2: Array | None = None) -> Array:
 
     `p2` = r^2 / r_a^2 at the radius where the potential is W (None: isotropic).
     """
-    q, W = jnp.broadcast_arrays(jnp.asarray(q), jnp.asarray(W))
-    eps = W * jnp.clip(1.0 - q**2, 0.0, 1.0)
-    # A single gammainc call site for P(g, W) and P(g, eps): each site (and its
-    # derivative in g) costs seconds of compile time.
-    P = regularized_lower_gamma(g, jnp.stack([W, eps]))
-    pdf = q**2 * jnp.exp(-W * q**2) * P[1] / P[0]
+    q, W_all = jnp.broadcast_arrays(jnp.asarray(q), jnp.asarray(W))
+    eps = W_all * jnp.clip(1.0 - q**2, 0.0, 1.0)
+    # A single gammainc call site for P(g, W) and P(g, eps) (each site, and its
+    # derivative in g, costs seconds of compile time), with P(g, W) at W's own
+    # points only: a table's W is one value per row.
+    W = jnp.asarray(W)
+    P = regularized_lower_gamma(g, jnp.concatenate([W.ravel(), eps.ravel()]))
+    P_W = jnp.broadcast_to(P[: W.size].reshape(W.shape), eps.shape)
+    pdf = q**2 * jnp.exp(-W_all * q**2) * P[W.size :].reshape(eps.shape) / P_W
     if p2 is not None:
         pdf = pdf * dawson_ratio(p2 * W * q**2)
     return pdf
