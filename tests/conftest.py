@@ -17,11 +17,23 @@ if os.environ.get("PROGENAX_TEST_XLA_FLAGS") != "default":
     if "--xla_cpu_use_fusion_emitters" not in _flags:
         os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
 
+import gc  # noqa: E402
+
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
 from progenax.cli import CACHE_MAX_BYTES  # noqa: E402 (after x64 is on)
+
+# Python's cyclic garbage collector rescans every live object (jax's caches
+# and traced graphs) ever more often while a builder is traced: with the
+# imported modules frozen out of its reach and a first threshold 70 times the
+# default (700), tests/test_king_builder.py takes 10% less CPU time
+# (interleaved runs: 58, 55 s against 64, 61 s). Cycles are still collected,
+# only in larger batches.
+gc.collect()
+gc.freeze()
+gc.set_threshold(50_000, 20, 20)
 
 # One XLA compilation cache per test run, shared by the xdist workers and the
 # subprocesses the tests start: most of the suite's time is compiling the same
