@@ -8,17 +8,15 @@ raising of the flags it returns.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from ..neighbours import build_cell_list, layout_for, make_pair_sum
+from .._types import Array
+from ..neighbours import build_cell_list, layout_for
 from ..sph.kernels import SUPPORT
-from ..sph.pairs import density_pair, density_pullback
 from ..validation import error_if
 from .halo import Halo, plan_halo
 from .slabs import slab_coordinate
@@ -64,8 +62,14 @@ def halo_plan(cfg: Config, x, h, valid, box):
     h_max = jax.lax.pmax(jnp.max(jnp.where(valid, jax.lax.stop_gradient(h), 0.0)), cfg.axis_name)
     reach = SUPPORT * h_max
     coord = slab_coordinate(jax.lax.stop_gradient(x), cfg.axis, box)
-    length = None if box is None else box[cfg.axis]
-    plan, bad = plan_halo(
+    plan, bad = plan_exchange(cfg, coord, valid, reach, box)
+    return plan, reach, h_max, bad
+
+
+def plan_exchange(cfg: Config, coord, valid, reach, box) -> tuple[Halo, Array]:
+    """`halo.plan_halo` of one device in the configuration's mesh, hops and halo
+    slots, from its particles' coordinate along the slab axis."""
+    return plan_halo(
         coord,
         valid,
         reach,
@@ -73,9 +77,8 @@ def halo_plan(cfg: Config, x, h, valid, box):
         n_devices=cfg.n_devices,
         hops=cfg.hops,
         halo=cfg.halo,
-        length=length,
+        length=None if box is None else box[cfg.axis],
     )
-    return plan, reach, h_max, bad
 
 
 def parking(cfg: Config, x, valid, reach, box):
@@ -115,12 +118,6 @@ def query_cells(cfg: Config, xs, reach, box, query):
         chunk=layout.chunk,
         query=query,
     )
-
-
-@functools.cache
-def density_sum(kernel, dim, layout):
-    """The SPH density's pair sum (symmetric form, analytic pullback), one per layout."""
-    return make_pair_sum(density_pair(kernel, dim), layout, symmetric=True, pullback=density_pullback(kernel, dim))
 
 
 def shard_map_particles(cfg: Config, body, n_in: int, periodic_box: bool, out_specs):

@@ -43,8 +43,9 @@ from jax.sharding import PartitionSpec as P
 
 from .._types import Array, ArrayLike
 from ..sph.kernels import get_kernel
+from ..sph.pairs import density_pair_sum
 from ..validation import check_finite, check_range, check_static_int
-from ._device import Config, density_sum, halo_plan, mesh_axis, query_cells, raise_if, shard_map_particles, with_halo
+from ._device import Config, halo_plan, mesh_axis, query_cells, raise_if, shard_map_particles, with_halo
 from ._device import particle_mesh as particle_mesh
 from .halo import mesh_offsets
 from .slabs import Slabs, decompose
@@ -58,7 +59,7 @@ def _engine_vjp(cfg: Config, x, m, h, valid, box, plan, reach, h_max):
     xs, ms, hs, _ = with_halo(cfg, plan, x, m, h, valid, reach, h_max, box)
     query = jnp.concatenate([valid, jnp.zeros(plan.received.shape, bool)])
     cells = query_cells(cfg, xs, reach, box, query)
-    pair_sum = density_sum(cfg.kernel, cfg.dim, cfg.layout)
+    pair_sum = density_pair_sum(cfg.kernel, cfg.dim, cfg.layout)
     return jax.vjp(lambda xs, ms, hs: pair_sum(cells, {"x": xs, "m": ms, "h": hs})[:, 0], xs, ms, hs)
 
 

@@ -42,6 +42,7 @@ from .._types import Array, ArrayLike
 from ..neighbours import make_pair_sum, minimum_image
 from ..sph.adaptive import loss_gradient_features, loss_gradient_pair
 from ..sph.kernels import SUPPORT
+from ..sph.pairs import density_pair_sum
 from ..sph.projections import LimitStep, centre_of_mass, project
 
 # Private helpers of the one-device step, imported so that each formula (the
@@ -50,9 +51,8 @@ from ..sph.projections import LimitStep, centre_of_mass, project
 from ..sph.relaxation import RelaxSettings, _schedule, _smoothing_lengths_and_slope
 from ..sph.targets import _check_target_values, _resolve_target
 from ..validation import check_static_int
-from ._device import Config, density_sum, mesh_axis, query_cells, raise_if, shard_map_particles, with_halo
+from ._device import Config, mesh_axis, plan_exchange, query_cells, raise_if, shard_map_particles, with_halo
 from .density import measure_halo
-from .halo import plan_halo
 from .slabs import decompose, slab_coordinate
 
 
@@ -76,22 +76,13 @@ def _step(cfg: Config, s: RelaxSettings, target, x, v, m, valid, t, box, centre)
         # Unwrapped about the slab's centre at the cut: a particle that
         # crossed the box edge keeps its device's extent one interval.
         coord = centre + minimum_image(coord - centre, length)
-    plan, bad = plan_halo(
-        coord,
-        valid,
-        reach,
-        axis_name=cfg.axis_name,
-        n_devices=cfg.n_devices,
-        hops=cfg.hops,
-        halo=cfg.halo,
-        length=length,
-    )
+    plan, bad = plan_exchange(cfg, coord, valid, reach, box)
     xs, ms, hs, real = with_halo(cfg, plan, x, m, h, valid, reach, h_max, box)
     query = jnp.concatenate([live, jnp.zeros(plan.received.shape, bool)])
     cells = query_cells(cfg, xs, reach, box, query)
     layout = cfg.layout
     own = x.shape[0]
-    rho = density_sum(cfg.kernel, dim, layout)(cells, {"x": xs, "m": ms, "h": hs})[:own, 0]
+    rho = density_pair_sum(cfg.kernel, dim, layout)(cells, {"x": xs, "m": ms, "h": hs})[:own, 0]
     e = jnp.where(live, 2.0 * (rho - rho_t), 0.0)
     es = jnp.where(real, jnp.concatenate([e, plan.exchange(e)]), 0.0)
     gradient = _gradient_sum(cfg.kernel, dim, layout)

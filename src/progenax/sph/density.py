@@ -43,11 +43,11 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike
-from ..neighbours import build_cell_list, layout_for, make_pair_sum, minimum_image
+from ..neighbours import build_cell_list, layout_for, minimum_image
 from ..sampling import safe_norm
 from ..validation import check_finite, check_range
 from .kernels import SUPPORT, get_kernel
-from .pairs import density_pair, density_pullback
+from .pairs import density_pair_sum
 
 BACKENDS = ("cells", "brute", "jax_md")
 
@@ -107,9 +107,7 @@ def _cells_density_fn(kernel_name: str, dim: int, layout):
     candidate both ways, so the engine's symmetric, gather-only form is exact).
     Jitted once per configuration: eager calls (and eager `jax.grad`) reuse
     the compiled loops."""
-    pair_sum = make_pair_sum(
-        density_pair(kernel_name, dim), layout, symmetric=True, pullback=density_pullback(kernel_name, dim)
-    )
+    pair_sum = density_pair_sum(kernel_name, dim, layout)
 
     def density(positions, masses, h, box):
         reach = jax.lax.stop_gradient(SUPPORT * jnp.max(h))

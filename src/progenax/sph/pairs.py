@@ -72,6 +72,16 @@ def density_pullback(kernel_name: str, dim: int) -> PairPullback:
     return pullback
 
 
+@functools.cache
+def density_pair_sum(kernel_name: str, dim: int, layout):
+    """The SPH density's pair sum on one cell list: `density_pair` in the engine's
+    symmetric (gather-only) form with its analytic pullback, built once per
+    kernel, dimension and layout (`sph.density`, `progenax.sharding`)."""
+    return make_pair_sum(
+        density_pair(kernel_name, dim), layout, symmetric=True, pullback=density_pullback(kernel_name, dim)
+    )
+
+
 def build_bands(
     positions: Array,
     support: Array,
