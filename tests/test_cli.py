@@ -522,6 +522,55 @@ def test_gravoturb_recipe_round_trip(tmp_path, capsys):
     _same_arrays(pio.read(first), pio.read(tmp_path / "again.h5"))
 
 
+def test_cloud_builds_sph_gas_and_rebuilds_it_from_its_recipe(tmp_path, capsys):
+    # The cloud model is gravoturb.cloud_builder's SPH gas: its flags reach the builder,
+    # the file keeps the gas arrays, and `info` prints the command that rebuilds it.
+    first = tmp_path / "gas.h5"
+    flags = ["--n", 300, "--grid", 16, "--mach", 4.0, "--m-cloud", 500.0, "--eta", 1.4, "--gamma", 1.4, "--seed", 2]
+    code, out, err = _run(capsys, "build", "cloud", *flags, "-o", first)
+    assert code == 0, err
+    gas = pio.read(first)
+    assert gas.n == 300 and hasattr(gas, "smoothing_length")
+    np.testing.assert_allclose(float(np.sum(gas.state.masses)), 500.0)
+    c_s2 = 0.2**2  # the default sound speed, km/s: u = c_s^2 / (gamma - 1)
+    np.testing.assert_allclose(np.asarray(gas.internal_energy), c_s2 / 0.4)
+    code, out, err = _run(capsys, "info", first)
+    assert code == 0, err
+    assert "SPH gas" in out and "rms Mach" in out  # our schema keeps gamma, so the summary has c_s
+    argv = _rebuild_argv(out)
+    argv[argv.index("-o") + 1] = str(tmp_path / "again.h5")
+    assert _run(capsys, "build", *argv)[0] == 0
+    again = pio.read(tmp_path / "again.h5")
+    _same_arrays(gas, again)
+    for name in ("internal_energy", "smoothing_length"):
+        assert np.array_equal(np.asarray(getattr(gas, name)), np.asarray(getattr(again, name))), name
+
+
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--Q", 0.5], ["--Q", "star clusters", "--m-cloud"]),
+        (["--imf", "salpeter"], ["--imf", "star clusters"]),
+        (["--units", "henon"], ["physical units"]),
+        (["--dispersion", 1.0], ["--dispersion", "gravoturb", "--eta"]),
+        (["--format", "csv", "-o", "gas.csv"], ["--format csv", "gas"]),
+    ],
+)
+def test_cloud_refuses_what_gas_does_not_take(tmp_path, capsys, argv, words):
+    if "-o" not in argv:
+        argv = [*argv, "-o", "gas.h5"]
+    argv = [tmp_path / a if a in ("gas.h5", "gas.csv") else a for a in argv]
+    code, _, err = _run(capsys, "build", "cloud", "--n", 100, "--grid", 8, *argv)
+    _assert_usage_error(code, err, *words)
+
+
+def test_relax_refuses_gas(tmp_path, capsys):
+    path = tmp_path / "gas.h5"
+    assert _run(capsys, "build", "cloud", "--n", 200, "--grid", 8, "-o", path)[0] == 0
+    code, _, err = _run(capsys, "relax", path, "-o", tmp_path / "r.h5", "--steps", 1)
+    _assert_usage_error(code, err, "SPH gas", "star cluster")
+
+
 def test_config_file_with_flags_overriding(tmp_path, capsys):
     config = tmp_path / "cluster.toml"
     config.write_text(f'model = "plummer"\nn = {N}\nr-h = 1.5\nalpha = 2.7\nQ = 0.4\nseed = 5\n')

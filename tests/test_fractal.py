@@ -94,6 +94,19 @@ def test_bad_D(D):
         fractal_builder(0, n=10, D=D)
 
 
+def test_bad_D_under_jit_grad():
+    # D's pathwise gradient is 0: the check must still run when only the gradient is kept.
+    def observable(D):
+        ic = fractal_builder(jax.random.PRNGKey(0), n=64, D=D)
+        return jnp.sum(ic.state.masses * jnp.sum(ic.state.positions**2, axis=1))
+
+    gradient = jax.jit(jax.grad(observable))  # one compile for the four values
+    assert float(gradient(2.0)) == 0.0
+    for D in (1.5, 3.1, float("nan")):
+        with pytest.raises(Exception, match="D must be >= 1.6 and <= 3.0 and finite"):
+            jax.block_until_ready(gradient(D))
+
+
 def test_Q_none_is_an_error():
     with pytest.raises(ValueError, match="Q"):
         fractal_builder(0, n=10, Q=None)

@@ -86,6 +86,20 @@ def test_bad_rotation_eager():
         progenax.king_builder(0, n=100, rotation=jnp.ones(2))
 
 
+def test_bad_rotation_under_jit_grad():
+    # k and L_0 enter only through the flips (pathwise gradient 0): a jit(grad) keeps
+    # no forward value, and the checks must still run.
+    def observable(k, scale):
+        v = progenax.plummer_builder(0, n=64, rotation=k, rotation_scale=scale).state.velocities
+        return jnp.sum(v[:, 0] + v[:, 1] ** 2)
+
+    gradient = jax.jit(jax.grad(observable, argnums=(0, 1)))
+    assert [float(g) for g in gradient(0.5, 1.0)] == [0.0, 0.0]
+    for args, name in (((1.5, 1.0), "rotation"), ((float("nan"), 1.0), "rotation"), ((0.5, -1.0), "rotation_scale")):
+        with pytest.raises(Exception, match=f"{name} must be"):
+            jax.block_until_ready(gradient(*args))
+
+
 @pytest.fixture(scope="module")
 def rotating_plummer():
     kw = dict(n=100_000, Q=None, imf="equal")

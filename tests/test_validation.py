@@ -80,6 +80,27 @@ def test_eager_derivative_at_a_bad_value_names_the_argument(transform):
     assert float(transform(lambda x: check_range("r_h", x, lower=0.0) ** 2)(3.0)) == 6.0
 
 
+def test_piecewise_constant_check_survives_jit_grad():
+    # The output depends on x only through a comparison (pathwise gradient 0):
+    # jit(grad) keeps no forward value, so a plain traced check would be dead code.
+    def build(x):
+        checks = ParameterChecks()
+        x = checks.range(
+            "D", x, lower=1.6, upper=3.0, lower_inclusive=True, upper_inclusive=True, piecewise_constant=True
+        )
+        positions = jnp.where(jax.random.uniform(jax.random.PRNGKey(0), (8,)) < x / 3.0, 1.0, 2.0)
+        return checks.attach({"positions": positions, "count": jnp.arange(8)})
+
+    observable = jax.jit(jax.grad(lambda x: jnp.sum(build(x)["positions"] ** 2)))
+    assert float(observable(2.0)) == 0.0
+    for bad in (1.5, 3.1, float("nan")):
+        with pytest.raises(Exception, match="D must be >= 1.6 and <= 3.0 and finite"):
+            jax.block_until_ready(observable(bad))
+    out = jax.jit(build)(2.0)  # the forward values are unchanged, integer leaves untouched
+    assert out["count"].dtype == jnp.arange(8).dtype
+    np.testing.assert_array_equal(out["positions"], build(2.0)["positions"])
+
+
 def test_note_and_count_messages():
     with pytest.raises(ValueError, match="ra must be > 0.0 and finite, got inf; pass ra=None"):
         check_range("ra", float("inf"), lower=0.0, note="; pass ra=None")

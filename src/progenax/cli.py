@@ -44,10 +44,11 @@ from . import io as pio
 from ._version import __version__
 from .builders import plummer_builder
 from .builders.fractal import PROFILES
-from .gravoturb import star_builder
+from .gravoturb import cloud_builder, star_builder
 from .io import recipe as recipes
 from .io._paths import atomic_write
 from .io.amuse import require_amuse
+from .io.gadget import is_gas
 from .models import REGISTRY, NoAnalyticFormError
 from .plotting import quicklook, relax_before_after
 from .sph.relax import model_density, profile_density, relax
@@ -182,7 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
         "model", nargs="?", choices=recipes.MODELS, default=None, help="cluster model (or `model` in --config)"
     )
     b.add_argument("--config", type=Path, default=None, help="TOML recipe with the flags' keys; flags override it")
-    b.add_argument("--n", type=_positive_int, default=None, help="number of stars (default 10000)")
+    b.add_argument(
+        "--n",
+        type=_positive_int,
+        default=None,
+        help="number of stars (systems with binaries, gas particles for cloud; default 10000)",
+    )
     b.add_argument("--seed", type=_seed, default=None, help="random seed (default 0)")
     b.add_argument(
         "--Q",
@@ -279,7 +285,8 @@ EXAMPLES = {
   progenax build plummer --imf power-law --imf-slopes 1.3,2.3 --imf-breaks 0.08,0.5,100 -o c.h5
   progenax build eff --gamma 3 --host-mass 1e11 --R 8000 --tidal-mode hard -o c.h5
   progenax build --config cluster.toml --seed 2 -o c.h5   (flags override the file)
-  progenax build plummer --format nbody6 -o fort.10""",
+  progenax build plummer --format nbody6 -o fort.10
+  progenax build cloud --n 100000 --mach 8 --m-cloud 1e4 --format gadget -o gas.h5   (SPH gas)""",
     "info": "example:\n  progenax info cluster.h5\n  progenax info stars.csv --format csv",
     "plot": "example:\n  progenax plot cluster.h5 -o quicklook.png",
     "relax": "example:\n  progenax relax cluster.h5 -o relaxed.h5 --steps 200 --plot relax.png",
@@ -337,6 +344,8 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
             each.append(f"{cls.NAME}: {p.doc}, {p.support.describe()}{unit}{default}")
         if name == "r_h":
             each.append("fractal: 3D half-mass radius, > 0 pc, default 1.0")
+        if name == "gamma":
+            each.append("cloud: adiabatic index of the gas, > 1, default 5/3")
         group.add_argument(
             recipes.flag(name),
             dest=name,
@@ -357,8 +366,11 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_gravoturb_flags(parser: argparse.ArgumentParser) -> None:
-    """`progenax.gravoturb.star_builder`'s keywords (its defaults in the help)."""
-    group = parser.add_argument_group("gravoturb: stars born in the dense gas of a turbulent cloud (experimental)")
+    """`progenax.gravoturb.star_builder`'s and `cloud_builder`'s keywords (their defaults in the help)."""
+    group = parser.add_argument_group(
+        "gravoturb (stars born in the dense gas of a turbulent cloud) and cloud (that cloud's SPH gas); "
+        "experimental. The field's flags are shared; the cloud takes neither --dispersion nor --threshold-*"
+    )
     defaults = {name: p.default for name, p in inspect.signature(star_builder).parameters.items()}
     helps = {
         "mach": "turbulent Mach number of the gas",
@@ -382,6 +394,13 @@ def _add_gravoturb_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(
             recipes.flag(key), type=kind, choices=choices, default=None, help=f"{helps[key]} (default {shown})"
         )
+    cloud = {name: p.default for name, p in inspect.signature(cloud_builder).parameters.items()}
+    group.add_argument(
+        "--m-cloud", type=float, default=None, help=f"cloud: gas mass, Msun (default {cloud['m_cloud']:.6g})"
+    )
+    group.add_argument(
+        "--eta", type=float, default=None, help=f"cloud: smoothing length in local spacings (default {cloud['eta']})"
+    )
 
 
 def _add_structure_flags(parser: argparse.ArgumentParser) -> None:
@@ -510,6 +529,11 @@ def _cmd_relax(args: argparse.Namespace) -> int:
     if args.eta <= 0:
         raise UsageError(f"--eta must be positive, got {args.eta}")
     ic = pio.read(args.path, format=args.format)
+    if is_gas(ic):
+        raise UsageError(
+            f"{args.path} holds SPH gas: relax takes a star cluster (the gas is placed on its turbulent field, "
+            "and its smoothing lengths belong to those positions)"
+        )
     out_format = _checked_format(args.output, None)
     try:
         pio.check_finite_arrays(ic)  # NaN in would be NaN out, after the whole relaxation

@@ -27,6 +27,7 @@ with the Agg canvas, so no display and no pyplot state are involved.
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from .diagnostics.centre import density_centre
 from .diagnostics.kinematics import anisotropy_profile, rotation_curve
 from .imf import PowerLawIMF
 from .io._paths import atomic_write
+from .io.gadget import is_gas
 from .models import NoAnalyticFormError
 from .sph.relax import adaptive_density, model_density, smoothing_lengths, tracer_masses
 
@@ -65,7 +67,8 @@ def _numpy_cluster(ic) -> dict[str, Any]:
     mw = m * w
     centre = density_centre(x, w) if x.shape[0] >= 100 else (mw[:, None] * x).sum(axis=0) / mw.sum()
     r = np.sqrt(((x - centre) ** 2).sum(axis=1))
-    return {"x": x - centre, "v": v, "m": m, "w": w, "mw": mw, "r": r}
+    what = "particles" if is_gas(ic) else "stars"
+    return {"x": x - centre, "v": v, "m": m, "w": w, "mw": mw, "r": r, "what": what}
 
 
 def _half_mass_radius(r: np.ndarray, mw: np.ndarray) -> float:
@@ -130,7 +133,7 @@ def _panel_positions(ax, c: dict[str, Any], r_h: float) -> None:
             cmap="magma",
             interpolation="nearest",
         )
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.03, label="stars per pixel")
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.03, label=f"{c['what']} per pixel")
         ax.set_facecolor("black")
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
@@ -296,7 +299,9 @@ def _quicklook_figure(ic, imf=None):
         for k, v in dict(ic.params).items()
         if not isinstance(v, str) and v is not None and np.asarray(v).ndim == 0
     )
-    fig.suptitle(f"{ic.model.name}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$" + (f"   ({params})" if params else ""))
+    title = f"{ic.model.name}: N = {n}, M = {c['mw'].sum():.4g} M$_\\odot$"
+    # Many parameters (a gas cloud records twelve) go on lines of their own rather than off the figure.
+    fig.suptitle(title + ("\n" + textwrap.fill(params, 40 * (3 + len(extra))) if params else ""))
     return fig
 
 

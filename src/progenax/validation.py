@@ -163,15 +163,27 @@ class ParameterChecks:
     def __init__(self) -> None:
         self._preds: list[Array] = []
         self._messages: list[str] = []
+        self._piecewise_constant: list[Array] = []
 
-    def range(self, name: str, value: ArrayLike, note: str = "", **bounds) -> Array:
-        """`check_range`, deferring a traced check to `attach`."""
+    def range(
+        self, name: str, value: ArrayLike, note: str = "", *, piecewise_constant: bool = False, **bounds
+    ) -> Array:
+        """`check_range`, deferring a traced check to `attach`.
+
+        `piecewise_constant=True` marks a parameter the outputs depend on only
+        through discrete draws (pathwise gradient exactly 0, e.g. the fractal's
+        D): `attach` then also gives every output a zero-valued derivative path
+        through it, so that a `jit(grad)` with respect to it, which keeps no
+        forward value of the build, still runs the checks.
+        """
         x = jnp.asarray(value, dtype=jnp.result_type(float))
         bad, message = _range_violation(name, x, **bounds)
         if _is_concrete(bad):
             return check_range(name, x, note=note, **bounds)
         self._preds.append(jnp.any(bad))
         self._messages.append(message + note)
+        if piecewise_constant:
+            self._piecewise_constant.append(x)
         return x
 
     def condition(self, bad: ArrayLike, message: str) -> None:
@@ -188,7 +200,36 @@ class ParameterChecks:
         if not self._preds:
             return output
         preds = jnp.stack(self._preds)
-        return eqx.branched_error_if(output, jnp.any(preds), jnp.argmax(preds), self._messages)
+        bad, index, messages = jnp.any(preds), jnp.argmax(preds), tuple(self._messages)
+        output = eqx.branched_error_if(output, bad, index, messages)
+        if not self._piecewise_constant:
+            return output
+        # 0 * x is 0 for a finite x (a bad x has failed the check above), and its
+        # derivative carries the checks: see `_checked_derivative`.
+        zero = sum(0.0 * _checked_derivative(x, bad, index, messages) for x in self._piecewise_constant)
+
+        def tie(leaf):
+            if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.inexact):
+                return leaf + zero.astype(leaf.dtype)
+            return leaf
+
+        return jax.tree_util.tree_map(tie, output)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _checked_derivative(x: Array, bad: Array, index: Array, messages: tuple[str, ...]) -> Array:
+    """`x` itself; its derivative is multiplied by a 1 that `branched_error_if`
+    computes from the checks. A reverse pass that reaches `x` therefore needs the
+    checks' value and keeps them, where a forward-only `error_if` is dropped as
+    dead code by `jit(grad)` when no forward value is used."""
+    return x
+
+
+@_checked_derivative.defjvp
+def _checked_derivative_jvp(messages, primals, tangents):
+    x, bad, index = primals
+    one = eqx.branched_error_if(jnp.ones((), x.dtype), bad, index, messages)
+    return x, tangents[0] * one
 
 
 # -- traced checks inside a builder's compiled core ---------------------------------

@@ -148,7 +148,9 @@ def fractal_builder(
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
-    D = c.checks.range("D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True)
+    D = c.checks.range(
+        "D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True, piecewise_constant=True
+    )
     S, T = check_segregation_arguments(c.checks, segregation, segregation_temperature)
     out = _fractal(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T, check_binaries(binaries), profile)
     return drop_absent_companions(c.checks.attach(out))

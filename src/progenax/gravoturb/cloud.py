@@ -134,6 +134,17 @@ class GasCloud(eqx.Module):
     def masses(self) -> Masses:
         return self.state.masses
 
+    @property
+    def pairs(self) -> None:
+        """Gas has no binaries (the `InitialConditions.pairs` of a cluster)."""
+        return None
+
+    @property
+    def energy_method(self) -> str:
+        """The `potential_energy` method for the gas: "auto" (exact up to
+        `EXACT_MAX_N` particles, the mesh above: a turbulent cloud is not spherical)."""
+        return "auto"
+
     def to_physical(self) -> GasCloud:
         """Gas clouds are always in physical units (pc, Msun, km/s)."""
         if self.units.name != "physical":

@@ -29,7 +29,7 @@ from ..binaries import PAIRINGS, BinaryPopulation
 from ..binaries.distributions import ECCENTRICITIES, MASS_RATIOS, PERIODS
 from ..builders import fractal_builder, king_builder, limepy_builder, model_builder
 from ..builders.fractal import PROFILES
-from ..gravoturb import star_builder
+from ..gravoturb import cloud_builder, star_builder
 from ..gravoturb.builders import IMF_ALPHA, PDF_SLOPE, THRESHOLD_MODES
 from ..gravoturb.cloud import GEOMETRIES
 from ..imf import ChabrierIMF, PowerLawIMF, kroupa, salpeter
@@ -40,7 +40,7 @@ from .csv import RECIPE_PREFIX
 from .native import _check_format
 from .nbody import sidecar_path
 
-MODELS = (*sorted(REGISTRY), "fractal", "gravoturb")
+MODELS = (*sorted(REGISTRY), "cloud", "fractal", "gravoturb")
 IMFS = ("kroupa", "salpeter", "equal", "chabrier", "power-law")
 UNITS = ("physical", "henon")
 MULTIMASS = ("king", "limepy")
@@ -63,6 +63,24 @@ GRAVOTURB_KEYS = (
     "velocity_beta",
     "geometry",
 )
+CLOUD_KEYS = (
+    "mach",
+    "pdf_slope",
+    "b",
+    "grid",
+    "r_cloud",
+    "m_cloud",
+    "sound_speed",
+    "beta",
+    "velocity_beta",
+    "gamma",
+    "eta",
+    "geometry",
+)
+"""`gravoturb.cloud_builder`'s keywords: the `cloud` model is SPH gas, not stars
+(no Q, IMF, units, tidal truncation, segregation or binaries)."""
+GAS_FORMATS = ("hdf5", "npz", "gadget", "swift", "amuse")
+"""The formats that keep the gas's internal energies and smoothing lengths."""
 GRAVOTURB_RENAMED = {"threshold_kappa": "kappa"}
 """Recipe keys spelled differently from `star_builder`'s keywords: `kappa` is the
 tidal truncation's sharpness on the command line."""
@@ -92,6 +110,8 @@ def model_keys(model: str) -> tuple[str, ...]:
         return FRACTAL_KEYS + SEGREGATION_KEYS
     if model == "gravoturb":
         return GRAVOTURB_KEYS
+    if model == "cloud":
+        return CLOUD_KEYS
     if model not in REGISTRY:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     own = tuple(p.name for p in REGISTRY[model].PARAMETERS)
@@ -124,6 +144,8 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     takes = model_keys(model)
+    if model == "cloud":
+        _check_gas(recipe)
     model_specific = set().union(*(model_keys(m) for m in MODELS)) - {"r_h"}
     for key in recipe:
         if (key in model_specific or key == "r_h") and key not in takes:
@@ -145,6 +167,24 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
     if imf == "power-law" and not {"imf_slopes", "imf_breaks"} <= set(recipe):
         raise ValueError("--imf power-law needs --imf-slopes (K slopes) and --imf-breaks (K + 1 masses, Msun)")
     _check_tidal(recipe)
+
+
+def _check_gas(recipe: Mapping[str, Any]) -> None:
+    """The `cloud` model is gas in physical units: refuse the keys of star clusters."""
+    stellar = [k for k in ("Q", "imf", "alpha", *ALL_IMF_KEYS, *TIDAL_KEYS, *BINARY_KEYS) if k in recipe]
+    if stellar:
+        raise ValueError(
+            f"{flag(stellar[0])} applies to star clusters, not the cloud model (SPH gas, which takes "
+            f"{_flags(('n', 'seed') + CLOUD_KEYS)})"
+        )
+    if recipe.get("units", "physical") != "physical":
+        raise ValueError(f"the cloud model (SPH gas) is written in physical units only, not --units {recipe['units']}")
+    fmt = recipe.get("format")
+    if fmt is not None and fmt not in GAS_FORMATS:
+        raise ValueError(
+            f"--format {fmt} cannot hold SPH gas (internal energy, smoothing length); "
+            f"the cloud model is written as {', '.join(GAS_FORMATS)}"
+        )
 
 
 def _check_tidal(recipe: Mapping[str, Any]) -> None:
@@ -204,6 +244,8 @@ def _builder_call(recipe: Mapping[str, Any]):
     for key in model_keys(model):
         if key in recipe:
             kwargs[key] = recipe[key]
+    if model == "cloud":
+        return cloud_builder, kwargs
     kwargs["alpha"] = recipe.get("alpha", 2.3) if recipe.get("imf", "kroupa") in ("kroupa", "equal") else 2.3
     kwargs["imf"] = make_imf(recipe)
     kwargs["binaries"] = make_binaries(recipe)
@@ -250,29 +292,37 @@ def build_from_recipe(recipe: Mapping[str, Any]):
     `units`, `Q`) so that it rebuilds the same arrays should a default change.
     With a tidal truncation the cluster is built in physical units, its
     weights multiplied by `apply_tidal_truncation` at the Jacobi radius of
-    its mass (pc), then converted to `units`.
+    its mass (pc), then converted to `units`. The `cloud` model returns SPH
+    gas (a `progenax.gravoturb.GasCloud`, physical units).
     """
     recipe = dict(recipe)
     check_recipe(recipe)
+    _check_choices(recipe)
     builder, kwargs = _builder_call(recipe)
+    seed = recipe.get("seed", 0)
+    if recipe["model"] == "cloud":
+        return builder(jax.random.PRNGKey(seed), **kwargs), {"n": kwargs["n"], "seed": seed, **recipe}
     units = recipe.get("units", "physical")
     if units not in UNITS:
         raise ValueError(f"units must be one of {UNITS}, got {units!r}")
     tidal = any(k in recipe for k in ("host_mass", "V_c", "r_t_tidal"))
     if recipe["model"] == "fractal" and recipe.get("profile", "plummer") not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {recipe['profile']!r}")
-    for key, choices in GRAVOTURB_CHOICES.items():
-        if key in recipe and recipe[key] not in choices:
-            raise ValueError(f"{key} must be one of {choices}, got {recipe[key]!r}")
-    ic = builder(jax.random.PRNGKey(recipe.get("seed", 0)), units="physical" if tidal else units, **kwargs)
+    ic = builder(jax.random.PRNGKey(seed), units="physical" if tidal else units, **kwargs)
     if tidal:
         r_t = _tidal_radius(recipe, ic.state.masses.sum())
         ic = apply_tidal_truncation(ic, r_t, recipe.get("kappa", 10.0), recipe.get("tidal_mode", "sigmoid"))
         ic = ic.to_henon() if units == "henon" else ic
-    full = {"n": kwargs["n"], "seed": recipe.get("seed", 0), "imf": recipe.get("imf", "kroupa"), "units": units}
+    full = {"n": kwargs["n"], "seed": seed, "imf": recipe.get("imf", "kroupa"), "units": units}
     if kwargs["Q"] is not None:
         full["Q"] = kwargs["Q"]
     return ic, {**full, **recipe}
+
+
+def _check_choices(recipe: Mapping[str, Any]) -> None:
+    for key, choices in GRAVOTURB_CHOICES.items():
+        if key in recipe and recipe[key] not in choices:
+            raise ValueError(f"{key} must be one of {choices}, got {recipe[key]!r}")
 
 
 def recipe_command(recipe: Mapping[str, Any], output: str | None = None) -> str:

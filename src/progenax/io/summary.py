@@ -9,6 +9,7 @@ import numpy as np
 
 from ..binaries import binding_energy_distribution
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
+from .gadget import is_gas
 
 
 def _diagnostics(ic) -> dict[str, Any]:
@@ -63,6 +64,20 @@ def _binaries_line(ic) -> str | None:
         f"{k} of {n_systems} systems ({k / n_systems:.3g}); hard (E_b > <m> sigma^2) {100 * hard:.1f}%, "
         f"median log10(E_b / <m> sigma^2) = {float(np.median(x)):.2f}; systems' Q = {q_systems:.4f}"
     )
+
+
+def _gas_line(gas) -> str:
+    """Medians of the gas's specific internal energy and smoothing length, and its
+    rms Mach number sqrt(<|v|^2>) / c_s, with c_s^2 = (gamma - 1) u when `gamma` is recorded."""
+    u = np.asarray(gas.internal_energy, dtype=np.float64)
+    h = np.asarray(gas.smoothing_length, dtype=np.float64)
+    line = f"u = {np.median(u):.4g} (km/s)^2, h = {np.median(h):.4g} pc (medians; h {h.min():.3g} .. {h.max():.3g} pc)"
+    if "gamma" in gas.params:
+        c_s = np.sqrt((float(gas.params["gamma"]) - 1.0) * u)
+        v = np.asarray(gas.state.velocities, dtype=np.float64)
+        mach = np.sqrt(np.mean(np.sum(v**2, axis=1))) / np.median(c_s)
+        line += f"; c_s = {np.median(c_s):.4g} km/s, rms Mach {mach:.3g}"
+    return line
 
 
 def _format_value(value: Any) -> str:
@@ -123,6 +138,9 @@ def format_summary(ic) -> str:
     binaries = _binaries_line(ic)
     if binaries is not None:
         rows.insert(4, ("binaries", binaries))
+    if is_gas(ic):
+        rows[4] = ("virial ratio Q", f"{d['Q']:.4f} (bulk motions only; thermal energy not included)")
+        rows.insert(4, ("SPH gas", _gas_line(ic)))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
