@@ -287,6 +287,10 @@ _RA_REASON = (
 )
 
 
+_OM_STATIC = {"Q": None, "segregation": 0.0}
+"""The static settings of the ra and rotation entries (see the Plummer ones)."""
+
+
 def _load_registry() -> None:
     """Register the built-in entries once (kept here so the table is in one place)."""
     global _LOADED
@@ -361,6 +365,36 @@ def _load_registry() -> None:
             (0.0, 100.0),
             kwargs={"ra": 2.0, "rotation": 0.5},
             static={"Q": None, "segregation": 0.0},
+            status="partial",
+            reason=_ROTATION_REASON,
+        ),
+        # ra and rotation on the other spherical builders, set as for Plummer. With Q = None
+        # the total kinetic energy is the virial one whatever ra: O's ra-derivative is small
+        # beside O, and near the limits it grows above the step-1e-6 round-off (EFF gamma = 3:
+        # limit 0.36 pc; Dehnen gamma = 1: ra = 0.8 pc agrees to 3e-6, 2 pc to 3e-5).
+        *(
+            entry
+            for builder, ra, model in (("eff_builder", 1.0, {}), ("model_builder", 0.8, {"model": "dehnen"}))
+            for entry in (
+                AuditEntry(builder, "ra", ra, (0.6, 1e3), kwargs={"rotation": 0.5}, static={**_OM_STATIC, **model}),
+                AuditEntry(
+                    builder,
+                    "rotation",
+                    0.5,
+                    (-1.0, 1.0),
+                    kwargs={"ra": ra},
+                    static={**_OM_STATIC, **model},
+                    status="partial",
+                    reason=_ROTATION_REASON,
+                ),
+            )
+        ),
+        AuditEntry(
+            "king_builder",
+            "rotation",
+            0.5,
+            (-1.0, 1.0),
+            static={"segregation": 0.0},
             status="partial",
             reason=_ROTATION_REASON,
         ),
