@@ -288,10 +288,10 @@ _RA_REASON = (
 
 
 _DEHNEN_RA_REASON = (
-    "smooth: with --xla_cpu_use_fusion_emitters=false (the test suite's flag) step 1e-4 agrees to 2e-7 at "
-    "both keys for every ra from 0.65 to 3 pc, but step 1e-6 is round-off-limited, 1e-6 to 6e-5 (with Q = None "
-    "the kinetic energy is the virial one whatever ra, so O's ra-derivative is small beside O); XLA's default "
-    "CPU fusion emitters also move autodiff, by up to 4e-4 at key 0 (as for plummer_builder.ra)"
+    "smooth: with --xla_cpu_use_fusion_emitters=false (the test suite's flag) step 1e-4 agrees to 2.4e-7 at "
+    "both keys for ra from 0.65 to 1.5 pc (6e-6 at 3 pc), but step 1e-6 is round-off-limited, up to 6e-5 "
+    "(with Q = None the kinetic energy is the virial one whatever ra, so O's ra-derivative is small beside O); "
+    "XLA's default CPU fusion emitters also move autodiff, by up to 4e-4 at key 0 (as for plummer_builder.ra)"
 )
 _OM_STATIC = {"Q": None, "segregation": 0.0}
 """The static settings of the ra and rotation entries (see the Plummer ones)."""
