@@ -294,7 +294,7 @@ _DEHNEN_RA_REASON = (
     "XLA's default CPU fusion emitters also move autodiff, by up to 4e-4 at key 0 (as for plummer_builder.ra)"
 )
 _OM_STATIC = {"Q": None, "segregation": 0.0}
-"""The static settings of the ra and rotation entries (see the Plummer ones)."""
+"""The static settings of every ra and rotation entry but King's (the comment at the Plummer ones says why)."""
 
 
 def _load_registry() -> None:
@@ -350,7 +350,7 @@ def _load_registry() -> None:
             2.0,
             (0.6, 1e3),
             kwargs={"rotation": 0.5},
-            static={"Q": None, "segregation": 0.0},
+            static=_OM_STATIC,
             status="partial",
             reason=_RA_REASON,
         ),
@@ -360,7 +360,7 @@ def _load_registry() -> None:
             0.5,
             (-1.0, 1.0),
             kwargs={"ra": 2.0},
-            static={"Q": None, "segregation": 0.0},
+            static=_OM_STATIC,
             status="partial",
             reason=_ROTATION_REASON,
         ),
@@ -370,7 +370,7 @@ def _load_registry() -> None:
             1.0,
             (0.0, 100.0),
             kwargs={"ra": 2.0, "rotation": 0.5},
-            static={"Q": None, "segregation": 0.0},
+            static=_OM_STATIC,
             status="partial",
             reason=_ROTATION_REASON,
         ),
