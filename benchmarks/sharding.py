@@ -30,7 +30,7 @@ import time
 NEIGHBOURS = 20  # particles inside the kernel support 2h, on average
 
 
-def _child(n_devices: int, per_device: int, memory_n: int, repeats: int) -> dict:
+def _child(n_devices: int, per_device: int, memory_n: int, repeats: int, build_n: int) -> dict:
     import jax  # after XLA_FLAGS is set: the device count is read at start-up
 
     jax.config.update("jax_enable_x64", True)
@@ -68,6 +68,8 @@ def _child(n_devices: int, per_device: int, memory_n: int, repeats: int) -> dict
         return out
 
     out = {"devices": n_devices}
+    if build_n:
+        out["build"] = _build(mesh, n_devices, build_n, memory)
     if per_device:
         layout, length = problem(per_device * n_devices)
         hops, halo = sharding.measure_halo(layout[0], layout[2], layout[4], mesh=mesh, box=length)
@@ -92,11 +94,33 @@ def _child(n_devices: int, per_device: int, memory_n: int, repeats: int) -> dict
     return out
 
 
+def _build(mesh, n_devices: int, n: int, memory) -> dict:
+    """Compile and run one Plummer build of n stars over the mesh (plain on one device)."""
+    import resource
+
+    import jax
+
+    import progenax
+
+    on_mesh = mesh if n_devices > 1 else None
+    build = jax.jit(lambda key: progenax.plummer_builder(key, n=n, mesh=on_mesh).state)
+    key = jax.random.PRNGKey(0)
+    start = time.perf_counter()
+    compiled = build.lower(key).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    state = jax.block_until_ready(compiled(key))
+    run_s = time.perf_counter() - start
+    rows = sorted({shard.data.shape[0] for shard in state.positions.addressable_shards})
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return {"n": n, "compile_s": compile_s, "run_s": run_s, "rows": rows, "memory": memory(compiled), "peak": peak}
+
+
 def _run(n_devices: int, args) -> dict:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}".strip()
     command = [sys.executable, __file__, "--child", str(n_devices), "--per-device", str(args.per_device)]
-    command += ["--memory-n", str(args.memory_n), "--repeats", str(args.repeats)]
+    command += ["--memory-n", str(args.memory_n), "--repeats", str(args.repeats), "--build", str(args.build)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
@@ -109,13 +133,21 @@ def main() -> None:
     parser.add_argument("--per-device", type=int, default=20_000, help="particles per device (0: skip the runs)")
     parser.add_argument("--memory-n", type=int, default=4_000_000, help="total N compiled for memory (0: skip)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--build", type=int, default=0, help="stars of a sharded Plummer build (0: skip)")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.child, args.per_device, args.memory_n, args.repeats)))
+        print(json.dumps(_child(args.child, args.per_device, args.memory_n, args.repeats, args.build)))
         return
     rows = [_run(d, args) for d in args.devices]
     mib = 2.0**20
+    if args.build:
+        print(f"Plummer build of {args.build:.3g} stars, float64 (D = 1: the plain builder)")
+        print(f"{'D':>3} {'rows/device':>11} {'compile s':>9} {'run s':>7} {'MiB/device':>10} {'peak RSS GiB':>12}")
+        for r in rows:
+            b = r["build"]
+            line = f"{r['devices']:>3} {b['rows'][0]:>11} {b['compile_s']:>9.2f} {b['run_s']:>7.2f}"
+            print(f"{line} {b['memory']['total_bytes'] / mib:>10.1f} {b['peak'] / 2**30:>12.2f}")
     if args.per_device:
         print(f"weak scaling, {args.per_device} particles per device, 2D periodic, float64, gradient of the loss")
         print(f"{'D':>3} {'N':>9} {'hops':>4} {'halo':>6} {'compile s':>9} {'run s':>7} {'MiB/device':>10}")

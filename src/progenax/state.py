@@ -83,11 +83,13 @@ class InitialConditions(eqx.Module):
             return "spherical"
         return "auto"
 
-    def to_henon(self) -> InitialConditions:
+    def to_henon(self, *, w: Scalar | None = None) -> InitialConditions:
         """Convert to Henon units: G = M = 1, length unit the virial radius.
 
         The virial radius r_v = G M^2 / (2|W|) uses the weighted masses and the
-        potential energy from `progenax.diagnostics.potential_energy`; a single
+        potential energy `w` (physical units: Msun (km/s)^2) when given (a sharded
+        build passes the W it scaled the velocities with), else W from
+        `progenax.diagnostics.potential_energy`; a single
         star has none, so one star is refused (`ValueError` naming `n`). With
         `pairs`, W is that of the systems (each binary at its centre of mass), as
         in McLuster and NBODY6: the binaries' own binding energy, which can
@@ -101,8 +103,9 @@ class InitialConditions(eqx.Module):
         s = phys.state
         m = s.masses * phys.weights
         mtot = jnp.sum(m)
-        systems = phys.systems()
-        w = potential_energy(systems.positions, systems.masses, G=phys.units.G, method=phys.energy_method)
+        if w is None:
+            systems = phys.systems()
+            w = potential_energy(systems.positions, systems.masses, G=phys.units.G, method=phys.energy_method)
         r_v = phys.units.G * mtot**2 / (2.0 * jnp.abs(w))
         return _rescale(phys, henon_units(mtot, r_v))
 

@@ -14,6 +14,7 @@ and the primal value.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import logging
@@ -201,19 +202,62 @@ class ParameterChecks:
             return output
         preds = jnp.stack(self._preds)
         bad, index, messages = jnp.any(preds), jnp.argmax(preds), tuple(self._messages)
-        output = eqx.branched_error_if(output, bad, index, messages)
+        output = tie_errors(output, bad, index, messages)
         if not self._piecewise_constant:
             return output
         # 0 * x is 0 for a finite x (a bad x has failed the check above), and its
         # derivative carries the checks: see `_checked_derivative`.
         zero = sum(0.0 * _checked_derivative(x, bad, index, messages) for x in self._piecewise_constant)
+        return _tie(output, zero)
 
-        def tie(leaf):
-            if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.inexact):
-                return leaf + zero.astype(leaf.dtype)
+
+def _tie(output, zero: Array):
+    """Every numeric array leaf of `output` plus the scalar `zero`: the same
+    values, each now depending on it (elementwise, so a leaf laid out over a
+    device mesh stays so). Integer leaves only where `zero` is finite."""
+    finite = not _NAN_ON_ERROR.get()
+
+    def tie(leaf):
+        if not isinstance(leaf, jax.Array):
             return leaf
+        if jnp.issubdtype(leaf.dtype, jnp.inexact) or (finite and jnp.issubdtype(leaf.dtype, jnp.integer)):
+            return leaf + zero.astype(leaf.dtype)
+        return leaf
 
-        return jax.tree_util.tree_map(tie, output)
+    return jax.tree_util.tree_map(tie, output)
+
+
+def _flag(bad: Array, index: Array, messages, value: float) -> Array:
+    """`value` as a scalar that raises the failed check's message when used
+    (`equinox.branched_error_if`), or NaN instead under `errors_as_nan`."""
+    if _NAN_ON_ERROR.get():
+        return jnp.where(bad, jnp.nan, value)
+    return eqx.branched_error_if(jnp.asarray(value), bad, index, list(messages))
+
+
+def tie_errors(output, bad: Array, index: Array, messages):
+    """The failed check's error tied into every numeric leaf of `output`
+    through one scalar (`_tie`): it fires whichever leaf a jitted caller keeps,
+    and, unlike `branched_error_if` of the leaves themselves, no leaf sharded
+    over a mesh is gathered onto every device for it."""
+    return _tie(output, _flag(bad, index, messages, 0.0))
+
+
+_NAN_ON_ERROR: contextvars.ContextVar[bool] = contextvars.ContextVar("progenax_nan_on_error", default=False)
+
+
+@contextlib.contextmanager
+def errors_as_nan():
+    """Within it, a traced check that fails makes the outputs NaN instead of
+    raising at run time. For programs over a device mesh: the error a host
+    callback raises stops one device's program while the others wait for it in
+    a collective, and the process aborts. Concrete checks still raise
+    `ValueError` at once."""
+    token = _NAN_ON_ERROR.set(True)
+    try:
+        yield
+    finally:
+        _NAN_ON_ERROR.reset(token)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
@@ -228,7 +272,7 @@ def _checked_derivative(x: Array, bad: Array, index: Array, messages: tuple[str,
 @_checked_derivative.defjvp
 def _checked_derivative_jvp(messages, primals, tangents):
     x, bad, index = primals
-    one = eqx.branched_error_if(jnp.ones((), x.dtype), bad, index, messages)
+    one = _flag(bad, index, messages, 1.0).astype(x.dtype)
     return x, tangents[0] * one
 
 
@@ -287,14 +331,17 @@ def raise_collected(output, preds: Array, messages: tuple[str, ...]):
     if outer is not None:  # a core called inside another's trace: its caller raises them
         outer.extend((preds[i], message) for i, message in enumerate(messages))
         return output
-    return eqx.branched_error_if(output, jnp.any(preds), jnp.argmax(preds), list(messages))
+    return tie_errors(output, jnp.any(preds), jnp.argmax(preds), messages)
 
 
-def deferred_checks(fn):
-    """`equinox.filter_jit(fn)` whose traced checks (`error_if`, `check_range`) are
-    returned rather than compiled in, then raised by `raise_collected`."""
+def collecting_checks(fn):
+    """`fn` returning `(output, preds, messages)`: the traced checks of the
+    functions it calls, collected rather than compiled in (a (k,) bool array
+    and their k static messages), for `raise_collected`, or for `error_if` in a
+    caller's trace (a `shard_map` body's checks, raised outside the map)."""
 
-    def core(*args, **kwargs):
+    @functools.wraps(fn)
+    def collected_fn(*args, **kwargs):
         token = _COLLECTED.set([])
         try:
             out = fn(*args, **kwargs)
@@ -302,8 +349,18 @@ def deferred_checks(fn):
         finally:
             _COLLECTED.reset(token)
         preds = jnp.stack([p for p, _ in collected]) if collected else jnp.zeros((0,), bool)
-        # The messages are static: equinox returns them from the trace as they are.
         return out, preds, tuple(m for _, m in collected)
+
+    return collected_fn
+
+
+def deferred_checks(fn):
+    """`equinox.filter_jit(fn)` whose traced checks (`error_if`, `check_range`) are
+    returned rather than compiled in, then raised by `raise_collected`."""
+
+    def core(*args, **kwargs):
+        # The messages are static: equinox returns them from the trace as they are.
+        return collecting_checks(fn)(*args, **kwargs)
 
     core.__name__ = core.__qualname__ = fn.__name__  # the compiled program's name
     core = eqx.filter_jit(core)

@@ -149,7 +149,171 @@ def lost(n_devices: int) -> dict:
     return {"raised": False}
 
 
+def _ks_two_sample(a, b) -> float:
+    """The two-sample Kolmogorov-Smirnov distance sup |F_a - F_b|."""
+    a, b = np.sort(np.asarray(a)), np.sort(np.asarray(b))
+    grid = np.concatenate([a, b])
+    return float(
+        np.max(np.abs(np.searchsorted(a, grid, "right") / a.size - np.searchsorted(b, grid, "right") / b.size))
+    )
+
+
+def ring_energy(n_devices: int) -> dict:
+    """The ring's shell-theorem W of a set sharded in equal shares against the
+    one-device sum, in float64 and float32."""
+    from jax.sharding import PartitionSpec as P
+
+    from progenax.diagnostics.energy import potential_energy
+    from progenax.sharding.energy import ring_spherical_potential
+
+    mesh = sharding.particle_mesh()
+    out = {}
+    for dtype in (jnp.float64, jnp.float32):
+        x = jax.random.normal(jax.random.PRNGKey(8), (301 * n_devices, 3), dtype)
+        m = jax.random.uniform(jax.random.PRNGKey(9), (301 * n_devices,), dtype, 0.1, 2.0)
+        ring = jax.shard_map(
+            lambda r2, m: ring_spherical_potential(r2, m, "particles", n_devices),
+            mesh=mesh,
+            in_specs=P("particles"),
+            out_specs=P(),
+        )(jnp.sum(x**2, axis=-1), m)
+        one = potential_energy(x, m, G=1.0, method="spherical", centre=jnp.zeros(3, dtype))
+        out[str(np.dtype(dtype))] = rel(ring, one)
+    return out
+
+
+def _king_stats(ic) -> dict:
+    x, v, m = ic.state.positions, ic.state.velocities, ic.state.masses
+    from progenax.diagnostics.energy import virial_ratio
+
+    return {
+        "r": np.asarray(jnp.linalg.norm(x, axis=-1)),
+        "speed": np.asarray(jnp.linalg.norm(v, axis=-1)),
+        "m": np.asarray(m),
+        "Q": float(virial_ratio(x, v, m, method="spherical", centre=jnp.zeros(3))),
+        "momentum": float(jnp.linalg.norm(jnp.sum(m[:, None] * v, axis=0)) / jnp.sum(m * jnp.linalg.norm(v, axis=-1))),
+    }
+
+
+def build(n_devices: int) -> dict:
+    """Sharded builds: a one-device mesh against the plain build (n above the
+    exact-energy limit, so both scale with the shell-theorem W), a King
+    cluster over every device (its shares, Q, momentum, and its radii, speeds
+    and masses against a one-device build by two-sample KS), and the
+    refusals."""
+    mesh = sharding.particle_mesh()
+    out = {}
+    one_device = sharding.particle_mesh(jax.devices()[:1])
+    plain = progenax.plummer_builder(3, n=24_000)
+    meshed = progenax.plummer_builder(3, n=24_000, mesh=one_device)
+    out["one_device"] = max(
+        rel(meshed.state.positions, plain.state.positions),
+        rel(meshed.state.velocities, plain.state.velocities),
+        rel(meshed.state.masses, plain.state.masses),
+    )
+    n = 5_000 * n_devices
+    king = progenax.king_builder(4, n=n, W0=7.0, mesh=mesh)
+    shards = king.state.positions.addressable_shards
+    out["shard_rows"] = sorted({s.data.shape[0] for s in shards})
+    out["shards"] = len(shards)
+    # The DF's own velocities (Q=None): every star an independent draw, as the
+    # KS distance assumes; a Q scaling multiplies all speeds by one random factor.
+    many, one = _king_stats(king), _king_stats(progenax.king_builder(4, n=n, W0=7.0))
+    scaled = _king_stats(progenax.king_builder(5, n=n, W0=7.0, Q=0.5, mesh=mesh))
+    out["Q"] = scaled["Q"]
+    out["momentum"] = scaled["momentum"]
+    out["ks"] = {name: _ks_two_sample(many[name], one[name]) for name in ("r", "speed", "m")}
+    out["n"] = n
+    refused = {}
+    for name, options in (("segregation", {"segregation": 0.3}), ("n", {"n": n + 1})):
+        try:
+            progenax.plummer_builder(5, **{"n": n, **options}, mesh=mesh)
+            refused[name] = ""
+        except ValueError as err:
+            refused[name] = str(err)
+    out["refused"] = refused
+    return out
+
+
+def build_gravoturb(n_devices: int) -> dict:
+    """Sharded gravoturbulent stars and gas: a one-device mesh against the
+    plain builds (stars scaled to Q with the shell-theorem W: n above the
+    exact limit), and builds over every device against one-device builds of
+    the same size by two-sample KS (positions per axis, speeds; the gas's h)."""
+    from progenax import gravoturb
+
+    out = {}
+    one_device = sharding.particle_mesh(jax.devices()[:1])
+    options = dict(n=24_000, grid=32, Q=0.5)
+    plain, meshed = (gravoturb.star_builder(1, **options, mesh=m) for m in (None, one_device))
+    gas = [gravoturb.cloud_builder(1, n=24_000, grid=32, mesh=m) for m in (None, one_device)]
+    out["one_device"] = max(
+        rel(meshed.state.positions, plain.state.positions),
+        rel(meshed.state.velocities, plain.state.velocities),
+        rel(gas[1].state.positions, gas[0].state.positions),
+        rel(gas[1].state.velocities, gas[0].state.velocities),
+        rel(gas[1].smoothing_length, gas[0].smoothing_length),
+    )
+    n = 5_000 * n_devices
+    mesh = sharding.particle_mesh()
+    stars = [gravoturb.star_builder(2, n=n, grid=32, mesh=m) for m in (mesh, None)]
+    clouds = [gravoturb.cloud_builder(2, n=n, grid=32, mesh=m) for m in (mesh, None)]
+    ks = {}
+    for kind, (a, b) in (("stars", stars), ("gas", clouds)):
+        for axis in range(3):
+            ks[f"{kind}_x{axis}"] = _ks_two_sample(a.state.positions[:, axis], b.state.positions[:, axis])
+        speeds = [jnp.linalg.norm(c.state.velocities, axis=-1) for c in (a, b)]
+        ks[f"{kind}_speed"] = _ks_two_sample(*speeds)
+    ks["gas_h"] = _ks_two_sample(clouds[0].smoothing_length, clouds[1].smoothing_length)
+    out["ks"] = ks
+    out["n"] = n
+    out["shards"] = len(stars[0].state.positions.addressable_shards)
+    return out
+
+
+def build_gradient(n_devices: int) -> dict:
+    """d/d(r_h, Q, alpha) of O = sum m|x|^2 + sum m|v|^2 through a sharded
+    Plummer build: exact scalings (O_x proportional to r_h^2, O_v to Q) and
+    central differences; a gradient summed twice over the mesh is D times off."""
+    mesh = sharding.particle_mesh()
+    n = 3_000 * n_devices
+
+    def parts(r_h, Q, alpha):
+        s = progenax.plummer_builder(7, n=n, r_h=r_h, Q=Q, alpha=alpha, mesh=mesh).state
+        return jnp.sum(s.masses * jnp.sum(s.positions**2, -1)), jnp.sum(s.masses * jnp.sum(s.velocities**2, -1))
+
+    p0 = (1.3, 0.4, 2.1)
+    (ox, ov), vjp = jax.vjp(parts, *map(jnp.asarray, p0))
+    grad_x, grad_v = vjp((1.0, 0.0)), vjp((0.0, 1.0))
+    out = {"x_rh": rel(grad_x[0], 2.0 * ox / p0[0]), "v_Q": rel(grad_v[1], ov / p0[1])}
+    total = jax.jit(lambda *p: sum(parts(*p)))
+    for i, name in enumerate(("r_h", "Q", "alpha")):
+        auto = float(grad_x[i] + grad_v[i])
+        for step in (1e-4, 1e-6):
+            up = [*p0]
+            down = [*p0]
+            up[i] += step
+            down[i] -= step
+            cd = (float(total(*up)) - float(total(*down))) / (2 * step)
+            out[f"cd_{name}_{step:g}"] = abs(cd - auto) / abs(auto)
+    return out
+
+
+def build_float32(n_devices: int) -> dict:
+    """A sharded build with x64 off: float32 throughout."""
+    with jax.enable_x64(False):
+        ic = progenax.plummer_builder(8, n=1_000 * n_devices, mesh=sharding.particle_mesh())
+        jax.block_until_ready(ic.state)
+    finite = bool(jnp.all(jnp.isfinite(ic.state.positions)) & jnp.all(jnp.isfinite(ic.state.velocities)))
+    return {"dtype": str(ic.state.positions.dtype), "finite": finite}
+
+
 CASES = {
+    "build": build,
+    "build_gravoturb": build_gravoturb,
+    "build_gradient": build_gradient,
+    "build_float32": build_float32,
+    "ring_energy": ring_energy,
     "lost": lost,
     "open_uneven": open_uneven,
     "periodic_edges": periodic_edges,

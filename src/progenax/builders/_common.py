@@ -128,8 +128,14 @@ def segregate(key, positions, velocities, masses, params, segregation, temperatu
     return jax.lax.cond(segregation > 0, segregated, lambda orbits: orbits, (positions, velocities))
 
 
-def _centre(x: Array, masses: Array) -> Array:
-    return x - jnp.sum(masses[:, None] * x, axis=0) / jnp.sum(masses)
+def _no_reduction(value: Array) -> Array:
+    return value
+
+
+def centre_of_mass_frame(x: Array, masses: Array, reduce=_no_reduction) -> Array:
+    """x (n, 3) minus its mass-weighted mean; `reduce` completes the two sums
+    (a `psum` over a device mesh when the rows are one device's share)."""
+    return x - reduce(jnp.sum(masses[:, None] * x, axis=0)) / reduce(jnp.sum(masses))
 
 
 def finish_cluster(
@@ -165,7 +171,7 @@ def finish_cluster(
     if companions is not None:
         masses = companions.system_masses
         model = model.with_mass(jnp.sum(masses))
-    velocities = _centre(velocities, masses)
+    velocities = centre_of_mass_frame(velocities, masses)
     if Q is not None:
         # Positions are still about the model centre: the spherical estimate of
         # W (n > 20,000) uses it as the centre of its shells.
@@ -173,9 +179,15 @@ def finish_cluster(
         method = "exact" if masses.shape[0] <= EXACT_MAX_N else large_n_energy
         velocities = scale_to_virial_ratio(positions, velocities, masses, Q, G=G_PHYSICAL, method=method, centre=origin)
     if centre_positions:
-        positions = _centre(positions, masses)
+        positions = centre_of_mass_frame(positions, masses)
     state = ParticleState(positions, velocities, masses)
     ic = InitialConditions(state, jnp.ones_like(masses), model, params, physical_units())
     if companions is not None:
         ic = with_companions(ic, companions, binaries)
-    return ic.to_henon() if units == "henon" else ic
+    return finish_units(ic, units)
+
+
+def finish_units(ic: InitialConditions, units: str, w: Array | None = None) -> InitialConditions:
+    """`ic` (physical units) in the builder's `units`; `w`, if given, is the
+    potential energy that sets the Henon length unit (`InitialConditions.to_henon`)."""
+    return ic.to_henon(w=w) if units == "henon" else ic

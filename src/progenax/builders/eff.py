@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jax.sharding import Mesh
+
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
@@ -28,6 +30,7 @@ def eff_builder(
     binaries: BinaryPopulation | None = None,
     rotation: ArrayLike | None = None,
     rotation_scale: ArrayLike = 0.0,
+    mesh: Mesh | None = None,
 ) -> InitialConditions:
     r"""An Elson, Fall & Freeman (1987) cluster, optionally truncated at `r_t`.
 
@@ -68,7 +71,7 @@ def eff_builder(
       (`progenax.models.osipkov_merritt.osipkov_merritt_limit`), and an `ra` below it
       raises naming `ra`.
     - `alpha`, `Q`, `imf`, `units`, `segregation`, `segregation_temperature`,
-      `binaries`, `rotation`, `rotation_scale`: as for `plummer_builder`.
+      `binaries`, `rotation`, `rotation_scale`, `mesh`: as for `plummer_builder`.
 
     **Returns:** `InitialConditions` whose `model` is a `progenax.models.EFF`; differentiable in gamma,
     r_h, r_t, ra, alpha and Q; partially in `segregation`, `rotation` and `rotation_scale`.
@@ -80,5 +83,5 @@ def eff_builder(
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     parameters = {"gamma": gamma, "r_h": c.r_h, "r_t": r_t, "ra": ra}
     return build_model_cluster(
-        key, EFF, c, parameters, segregation, segregation_temperature, binaries, rotation, rotation_scale
+        key, EFF, c, parameters, segregation, segregation_temperature, binaries, rotation, rotation_scale, mesh
     )

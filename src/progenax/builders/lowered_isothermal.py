@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from .._fusion import materialize
 from .._types import ArrayLike, Key
@@ -140,6 +141,7 @@ def _build(
     binaries=None,
     rotation=None,
     rotation_scale=0.0,
+    mesh=None,
 ):
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     binaries = check_binaries(binaries)
@@ -149,8 +151,10 @@ def _build(
         shape = {k: v for k, v in dict(W0=W0, g=g, ra=ra).items() if k in declared}
         parameters = {**shape, **grids}
         return build_model_cluster(
-            key, model, c, parameters, segregation, temperature, binaries, rotation, rotation_scale
+            key, model, c, parameters, segregation, temperature, binaries, rotation, rotation_scale, mesh
         )
+    if mesh is not None:
+        raise ValueError("the multi-mass King/LIMEPY model (mass_bins) is not built sharded: build without mesh")
     S, _ = check_segregation_arguments(c.checks, segregation, temperature)
     if S is not None:
         raise ValueError(
@@ -212,6 +216,7 @@ def king_builder(
     binaries: BinaryPopulation | None = None,
     rotation: ArrayLike | None = None,
     rotation_scale: ArrayLike = 0.0,
+    mesh: Mesh | None = None,
 ) -> InitialConditions:
     r"""A King (1966) cluster sampled from its distribution function.
 
@@ -262,6 +267,8 @@ def king_builder(
       `mass_bins` the systems' primaries fill the mass bins).
     - `rotation`, `rotation_scale`: rotation in equilibrium, as for
       `plummer_builder` (with `mass_bins` too).
+    - `mesh`: build sharded over a device mesh, as for `plummer_builder` (not
+      with `mass_bins`).
 
     **Returns:** `InitialConditions` whose `model` is a `progenax.models.King`
     (a `RecordedModel` named "king" with `mass_bins`), and params W0, r_h, r_t
@@ -291,6 +298,7 @@ def king_builder(
         binaries=binaries,
         rotation=rotation,
         rotation_scale=rotation_scale,
+        mesh=mesh,
     )
 
 
@@ -315,6 +323,7 @@ def limepy_builder(
     binaries: BinaryPopulation | None = None,
     rotation: ArrayLike | None = None,
     rotation_scale: ArrayLike = 0.0,
+    mesh: Mesh | None = None,
 ) -> InitialConditions:
     r"""A lowered-isothermal (LIMEPY, Gieles & Zocchi 2015) cluster.
 
@@ -364,4 +373,5 @@ def limepy_builder(
         binaries=binaries,
         rotation=rotation,
         rotation_scale=rotation_scale,
+        mesh=mesh,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jax.sharding import Mesh
+
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
@@ -26,6 +28,7 @@ def plummer_builder(
     binaries: BinaryPopulation | None = None,
     rotation: ArrayLike | None = None,
     rotation_scale: ArrayLike = 0.0,
+    mesh: Mesh | None = None,
 ) -> InitialConditions:
     r"""A Plummer (1911) sphere sampled from its exact distribution function.
 
@@ -80,5 +83,5 @@ def plummer_builder(
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     parameters = {"r_h": c.r_h, "ra": ra}
     return build_model_cluster(
-        key, Plummer, c, parameters, segregation, segregation_temperature, binaries, rotation, rotation_scale
+        key, Plummer, c, parameters, segregation, segregation_temperature, binaries, rotation, rotation_scale, mesh
     )

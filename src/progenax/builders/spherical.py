@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from .._fusion import materialize
 from .._types import ArrayLike, Key
@@ -25,7 +26,7 @@ from ..models.osipkov_merritt import OSIPKOV_MERRITT_LIMIT_MESSAGE, osipkov_merr
 from ..state import InitialConditions
 from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
-from ..validation import deferred_checks
+from ..validation import deferred_checks, errors_as_nan
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import (
     as_key,
@@ -36,6 +37,25 @@ from ._common import (
     sample_masses,
     segregate,
 )
+
+
+def draw_spherical(key, n, model_cls, values, alpha, imf, total_mass=jnp.sum):
+    """n masses from the IMF, the model of their total mass (`total_mass(masses)`:
+    a sum over the mesh for one device's share), and n positions and velocities
+    about its centre, from the key's first five streams (module docstring)."""
+    k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
+    masses = materialize(sample_masses(k_m, n, imf, alpha))
+    model = model_cls(**values).with_mass(total_mass(masses))
+    positions, velocities = model.sample_phase_space((k_r, k_rdir, k_v, k_vdir), n, model.r_h.dtype)
+    return masses, model, positions, velocities
+
+
+def spherical_params(model, imf, alpha, Q) -> dict:
+    """What `InitialConditions.params` records before the modifiers add theirs."""
+    params = {**model.record(), **imf_params(imf, alpha)}
+    if Q is not None:
+        params["Q"] = Q
+    return params
 
 
 @deferred_checks
@@ -56,14 +76,8 @@ def build_spherical(
 ):
     """Draw n stars (or n systems, with `binaries`) from `model_cls(**values)`
     (see the module docstring), jitted."""
-    k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
-    masses = materialize(sample_masses(k_m, n, imf, alpha))
-    model = model_cls(**values).with_mass(jnp.sum(masses))
-    dtype = model.r_h.dtype
-    positions, velocities = model.sample_phase_space((k_r, k_rdir, k_v, k_vdir), n, dtype)
-    params = {**model.record(), **imf_params(imf, alpha)}
-    if Q is not None:
-        params["Q"] = Q
+    masses, model, positions, velocities = draw_spherical(key, n, model_cls, values, alpha, imf)
+    params = spherical_params(model, imf, alpha, Q)
     positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
     velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
@@ -100,17 +114,37 @@ def build_model_cluster(
     binaries=None,
     rotation=None,
     rotation_scale=0.0,
+    mesh=None,
 ) -> InitialConditions:
     """Validate the model's parameters against its declared supports, then build
-    (and drop the absent companions of an eager hard-mode binary build)."""
+    (and drop the absent companions of an eager hard-mode binary build); over
+    `mesh`'s devices when one is given (`progenax.sharding.builders`)."""
     fixed = {name: jnp.asarray(value, common.r_h.dtype) for name, value in model_cls.FIXED.items()}
     values = {**model_cls.checked(common.checks, **parameters), **fixed}
     S, T = check_segregation_arguments(common.checks, segregation, temperature)
     k, L0 = check_rotation_arguments(common.checks, rotation, rotation_scale)
     binaries = check_binaries(binaries)
-    args = (common.alpha, common.Q, common.imf, common.units, S, T, binaries, k, L0)
+    if mesh is None:
+        args = (common.alpha, common.Q, common.imf, common.units, S, T, binaries, k, L0)
+        return _checked_build(
+            common, model_cls, values, lambda: build_spherical(as_key(key), common.n, model_cls, values, *args)
+        )
+    from ..sharding.builders import build_on_mesh  # the sharding package imports the builders
+
+    with errors_as_nan():  # an error raised by one device's program would stall the others
+        return _checked_build(
+            common,
+            model_cls,
+            values,
+            lambda: build_on_mesh(as_key(key), common, model_cls, values, S, binaries, k, L0, mesh),
+        )
+
+
+def _checked_build(common, model_cls, values, build) -> InitialConditions:
+    """`build()` with the traced checks tied to its output, and the absent
+    companions of an eager hard-mode binary build dropped."""
     try:
-        out = build_spherical(as_key(key), common.n, model_cls, values, *args)
+        out = build()
     except ValueError as error:
         raise _with_anisotropy_limit(error, model_cls, values) from None
     return drop_absent_companions(common.checks.attach(out))
@@ -140,6 +174,7 @@ def model_builder(
     binaries: BinaryPopulation | None = None,
     rotation: ArrayLike | None = None,
     rotation_scale: ArrayLike = 0.0,
+    mesh: Mesh | None = None,
     **parameters: ArrayLike,
 ) -> InitialConditions:
     r"""A cluster drawn from any registered spherical model.
@@ -155,8 +190,8 @@ def model_builder(
       `progenax.models.REGISTRY` ("plummer", "eff", "limepy", "dehnen", ...)
       or a model class.
     - `n`, `alpha`, `Q`, `imf`, `units`, `segregation`,
-      `segregation_temperature`, `binaries`, `rotation`, `rotation_scale`: as
-      for `progenax.plummer_builder`.
+      `segregation_temperature`, `binaries`, `rotation`, `rotation_scale`,
+      `mesh`: as for `progenax.plummer_builder`.
     - `**parameters`: the model's own (its `PARAMETERS`, e.g. `gamma=1.0,
       r_h=1.0` for "dehnen"); each is checked against its declared support.
       "plummer", "eff" and "dehnen" take `ra` (pc, None: isotropic), the
@@ -174,5 +209,14 @@ def model_builder(
     common = check_common_arguments(n, units, imf, r_h, alpha, Q)
     parameters = {**parameters, "r_h": common.r_h}
     return build_model_cluster(
-        key, model_cls, common, parameters, segregation, segregation_temperature, binaries, rotation, rotation_scale
+        key,
+        model_cls,
+        common,
+        parameters,
+        segregation,
+        segregation_temperature,
+        binaries,
+        rotation,
+        rotation_scale,
+        mesh,
     )

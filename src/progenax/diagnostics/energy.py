@@ -97,9 +97,15 @@ def _spherical_potential(positions: Positions, masses: Masses, centre: Array | N
     order = radial_order(r2)
     r2_sorted = r2[order]
     m_sorted = masses[order]
-    inside = jnp.cumsum(m_sorted) - m_sorted
-    r_safe = jnp.sqrt(jnp.where(r2_sorted > 0, r2_sorted, 1.0))
-    return -jnp.sum(jnp.where(r2_sorted > 0, m_sorted * inside / r_safe, 0.0))
+    return shell_sum(r2_sorted, m_sorted, jnp.cumsum(m_sorted) - m_sorted)
+
+
+def shell_sum(r2: Array, masses: Array, inside: Array) -> Scalar:
+    r"""$-\sum_i m_i M(<r_i) / r_i$ from squared radii, masses and the mass
+    inside each (a star at the centre adds nothing; no NaN gradient there)."""
+    positive = r2 > 0
+    r_safe = jnp.sqrt(jnp.where(positive, r2, 1.0))
+    return -jnp.sum(jnp.where(positive, masses * inside / r_safe, 0.0))
 
 
 def potential_energy(
@@ -182,4 +188,10 @@ def scale_to_virial_ratio(
     """
     t = kinetic_energy(velocities, masses)
     w = potential_energy(positions, masses, G=G, method=method, centre=centre)
-    return velocities * safe_sqrt(safe_divide(Q * jnp.abs(w), t))
+    return velocities * virial_velocity_factor(t, w, Q)
+
+
+def virial_velocity_factor(t: Scalar, w: Scalar, Q: Scalar) -> Scalar:
+    r"""$\sqrt{Q |W| / T}$, the factor on velocities that turns T / |W| into Q
+    (0 for T = 0 or Q = 0, with a zero, never NaN, gradient there)."""
+    return safe_sqrt(safe_divide(Q * jnp.abs(w), t))

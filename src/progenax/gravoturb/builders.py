@@ -37,17 +37,18 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from .._deprecation import renamed_keyword
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..builders._binaries import check_binaries, draw_companions, drop_absent_companions
-from ..builders._common import as_key, check_imf, finish_cluster, resolve_imf, sample_masses
+from ..builders._common import as_key, check_imf, finish_cluster, finish_units, resolve_imf, sample_masses
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import check_units_name, physical_units
-from ..validation import ParameterChecks, check_count, deferred_checks, error_if
+from ..validation import ParameterChecks, check_count, deferred_checks, error_if, errors_as_nan
 from .cloud import GEOMETRIES, GasCloud, TurbulentField
 from .field import check_grid, gaussian_random_field, mid_rank_uniforms
 from .pdf import PiecewiseLogDensityPDF
@@ -129,15 +130,19 @@ def _field_params(f: dict) -> dict:
 
 
 # -- gas -------------------------------------------------------------------------
-@deferred_checks
-def _cloud(key, n, m_cloud, gamma, eta, f):
+def _gas_rows(key, gas_key, rows, first, n, m_cloud, gamma, eta, f, total=lambda value: value):
+    """Gas particles `first` to `first + rows - 1` of n (the field from `key`,
+    the placement from `gas_key`; `total` completes a sum over all n):
+    positions, velocities, masses, internal energies, smoothing lengths, the
+    params and the field."""
     field, pdf = _turbulent_field(key, **f)
     dtype = field.log_density.dtype
     weights = field.cell_mass_weights()
-    positions, weight_density = smooth_positions(jax.random.fold_in(key, GAS_STREAM), weights, n, field.box_size)
-    masses = jnp.full((n,), m_cloud / n, dtype)
+    place_key = jax.random.fold_in(gas_key, GAS_STREAM)
+    positions, weight_density = smooth_positions(place_key, weights, rows, field.box_size, first, n)
+    masses = jnp.full((rows,), m_cloud / n, dtype)
     velocities = field.sample_velocity(positions)
-    velocities = velocities - jnp.mean(velocities, axis=0)
+    velocities = velocities - total(jnp.sum(velocities, axis=0)) / n
     # Density in Msun / pc^3 at each particle: the sampled (interpolated) density,
     # the cloud mass shared in proportion to e^s; floored at DENSITY_FLOOR of the
     # cloud's mean so that h stays finite where the interpolation falls to 0.
@@ -145,19 +150,36 @@ def _cloud(key, n, m_cloud, gamma, eta, f):
     weight_density = jnp.maximum(weight_density, DENSITY_FLOOR * mean_weight)
     density = m_cloud * weight_density / (jnp.sum(weights) * field.cell_size**3)
     smoothing_length = eta * jnp.cbrt(masses / density)
-    internal_energy = jnp.full((n,), f["sound_speed"] ** 2 / (gamma - 1.0), dtype)
+    internal_energy = jnp.full((rows,), f["sound_speed"] ** 2 / (gamma - 1.0), dtype)
     params = {**_field_params(f), "m_cloud": m_cloud, "gamma": gamma, "eta": eta, "sigma_s": pdf.sigma, "s_t": pdf.s_t}
+    return positions, velocities, masses, internal_energy, smoothing_length, params, field
+
+
+def _gas_cloud(positions, velocities, masses, internal_energy, smoothing_length, params, field) -> GasCloud:
     state = ParticleState(positions, velocities, masses)
+    model = RecordedModel("gravoturb_gas", dict(params))
     return GasCloud(
-        state,
-        jnp.ones_like(masses),
-        internal_energy,
-        smoothing_length,
-        RecordedModel("gravoturb_gas", dict(params)),
-        params,
-        physical_units(),
-        field,
+        state, jnp.ones_like(masses), internal_energy, smoothing_length, model, params, physical_units(), field
     )
+
+
+@deferred_checks
+def _cloud(key, n, m_cloud, gamma, eta, f):
+    return _gas_cloud(*_gas_rows(key, key, n, 0, n, m_cloud, gamma, eta, f))
+
+
+@deferred_checks
+def _cloud_sharded(key, n, m_cloud, gamma, eta, f, mesh):
+    """`_cloud` with each device of `mesh` placing n / D particles (`progenax.sharding.builders`)."""
+    from ..sharding.builders import map_shares
+
+    def draw(share, key, m_cloud, gamma, eta, f):
+        k = share.key(key)
+        rows = _gas_rows(key, k, share.rows, share.first, n, m_cloud, gamma, eta, f, share.total)
+        return rows[:5], rows[5:]
+
+    (x, v, m, u, h), (params, field) = map_shares(draw, (key, m_cloud, gamma, eta, f), n, mesh)
+    return _gas_cloud(x, v, m, u, h, params, field)
 
 
 def cloud_builder(
@@ -178,6 +200,7 @@ def cloud_builder(
     geometry: str = "sphere",
     n_gas: int | None = None,
     alpha: ArrayLike | None = None,
+    mesh: Mesh | None = None,
 ) -> GasCloud:
     r"""SPH gas particles of a turbulent cloud (experimental; see the module docstring).
 
@@ -210,6 +233,10 @@ def cloud_builder(
     - `eta`: smoothing-length factor (> 0).
     - `geometry`: "sphere" (ball of radius `r_cloud`) or "box" (the whole cube).
     - `n_gas`, `alpha`: the deprecated 0.1.0 names of `n` and `pdf_slope`.
+    - `mesh`: None, or a one-axis `jax.sharding.Mesh`: each device places n / D
+      particles from the same field (computed on every device) and they come
+      back laid out over the mesh (`progenax.sharding.builders`; n a multiple
+      of D).
 
     **Returns:** a `GasCloud`, its `field` the grid it came from. Differentiable
     (through the grid and the continuous placement) in mach, pdf_slope, b,
@@ -227,7 +254,13 @@ def cloud_builder(
     m_cloud = checks.range("m_cloud", m_cloud, lower=0.0)
     gamma = checks.range("gamma", gamma, lower=1.0)
     eta = checks.range("eta", eta, lower=0.0)
-    return checks.attach(_cloud(as_key(key), n, m_cloud, gamma, eta, f))
+    if mesh is None:
+        return checks.attach(_cloud(as_key(key), n, m_cloud, gamma, eta, f))
+    from ..sharding.builders import check_rows
+
+    check_rows(n, mesh)
+    with errors_as_nan():  # an error raised by one device's program would stall the others
+        return checks.attach(_cloud_sharded(as_key(key), n, m_cloud, gamma, eta, f, mesh))
 
 
 # -- stars -----------------------------------------------------------------------
@@ -245,20 +278,27 @@ def star_formation_weights(field: TurbulentField, kappa, hard: bool):
     return field.cell_mass_weights() * gate
 
 
-@deferred_checks
-def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=None):
+def _star_rows(key, star_key, rows, first, n, kappa, dispersion, alpha, Q, imf, hard, f):
+    """Stars `first` to `first + rows - 1` of n: the field from `key` (every
+    device's the same), the stars' own draws from `star_key`; and the params."""
     field, _ = _turbulent_field(key, **f)
     dtype = field.log_density.dtype
     weights = star_formation_weights(field, kappa, hard)
     weights = error_if(weights, jnp.sum(weights) <= 0, NO_DENSE_CELL_MESSAGE)
-    positions, _ = smooth_positions(jax.random.fold_in(key, STAR_STREAM), weights, n, field.box_size)
-    masses = sample_masses(jax.random.fold_in(key, MASS_STREAM), n, imf, alpha)
-    noise = jax.random.normal(jax.random.fold_in(key, DISPERSION_STREAM), (n, 3), dtype)
+    positions, _ = smooth_positions(jax.random.fold_in(star_key, STAR_STREAM), weights, rows, field.box_size, first, n)
+    masses = sample_masses(jax.random.fold_in(star_key, MASS_STREAM), rows, imf, alpha)
+    noise = jax.random.normal(jax.random.fold_in(star_key, DISPERSION_STREAM), (rows, 3), dtype)
     velocities = field.sample_velocity(positions) + dispersion * noise
     params = {**_field_params(f), "kappa": kappa, "dispersion": dispersion, "alpha": alpha}
     params["s_t"] = field.threshold
     if Q is not None:
         params["Q"] = Q
+    return positions, velocities, masses, params
+
+
+@deferred_checks
+def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=None):
+    positions, velocities, masses, params = _star_rows(key, key, n, 0, n, kappa, dispersion, alpha, Q, imf, hard, f)
     # Positions stay in the cloud's frame (origin = cloud centre), so the stars
     # sit on the gas of cloud_builder with the same key.
     model = RecordedModel("gravoturb", dict(params), jnp.sum(masses))
@@ -275,6 +315,23 @@ def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=No
         companions=companions,
         binaries=binaries,
     )
+
+
+@deferred_checks
+def _stars_sharded(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh):
+    """`_stars` with each device of `mesh` drawing n / D stars (`progenax.sharding.builders`)."""
+    from ..sharding.builders import finish_share, map_shares
+
+    def draw(share, key, kappa, dispersion, alpha, Q, f):
+        k = share.key(key)
+        x, v, m, params = _star_rows(key, k, share.rows, share.first, n, kappa, dispersion, alpha, Q, imf, hard, f)
+        x, v, w = finish_share(share, x, v, m, Q, centre_positions=False)
+        return (x, v, m), (params, w)
+
+    (x, v, m), (params, w) = map_shares(draw, (key, kappa, dispersion, alpha, Q, f), n, mesh)
+    model = RecordedModel("gravoturb", dict(params), jnp.sum(m))
+    ic = InitialConditions(ParticleState(x, v, m), jnp.ones_like(m), model, params, physical_units())
+    return finish_units(ic, units, w=w)
 
 
 def star_builder(
@@ -299,6 +356,7 @@ def star_builder(
     units: str = "physical",
     imf_alpha: ArrayLike | None = None,
     binaries: BinaryPopulation | None = None,
+    mesh: Mesh | None = None,
 ) -> InitialConditions:
     r"""n stars born in the dense gas of a turbulent cloud (experimental).
 
@@ -331,6 +389,10 @@ def star_builder(
     - `units`: "physical" or "henon".
     - `imf_alpha`: the deprecated 0.1.0 name of `alpha`.
     - `binaries`: as for `progenax.plummer_builder` (`n` then counts systems).
+    - `mesh`: None, or a one-axis `jax.sharding.Mesh`: each device draws n / D
+      stars from the same field (computed on every device) and the stars come
+      back laid out over the mesh (`progenax.sharding.builders`; not with
+      `binaries`; n a multiple of D).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
     mach, pdf_slope, b, kappa, dispersion, alpha and Q through the grid and the
@@ -358,5 +420,13 @@ def star_builder(
     dispersion = checks.range("dispersion", dispersion, lower=0.0, lower_inclusive=True)
     alpha = checks.range("alpha", alpha, lower=0.0, upper=10.0)
     Q = None if Q is None else checks.range("Q", Q, lower=0.0)
-    out = _stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, check_binaries(binaries))
-    return drop_absent_companions(checks.attach(out))
+    binaries = check_binaries(binaries)
+    if mesh is None:
+        out = _stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries)
+        return drop_absent_companions(checks.attach(out))
+    from ..sharding.builders import check_rows, refuse_unsharded
+
+    refuse_unsharded(binaries=binaries)
+    check_rows(n, mesh)
+    with errors_as_nan():  # an error raised by one device's program would stall the others
+        return checks.attach(_stars_sharded(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh))

@@ -67,11 +67,12 @@ def _smoothstep_integral(f: Array) -> Array:
     return f**4 * (2.5 + f * (-3.0 + f))
 
 
-def stratified_uniforms(key: Key, n: int, dtype=None) -> Array:
-    """n sorted uniforms, one in each of the n equal sub-intervals of [0, 1)."""
+def stratified_uniforms(key: Key, n: int, dtype=None, first: int | Array = 0, total: int | None = None) -> Array:
+    """n sorted uniforms, one in each of the sub-intervals `first` to
+    `first + n - 1` of [0, 1) cut into `total` (default n) equal ones."""
     dtype = dtype or jnp.result_type(float)
     jitter = jax.random.uniform(key, (n,), dtype)
-    return (jnp.arange(n, dtype=dtype) + jitter) / n
+    return (first + jnp.arange(n, dtype=dtype) + jitter) / (n if total is None else total)
 
 
 def centre_interpolation(t: Array, grid: int) -> tuple[Array, Array]:
@@ -168,8 +169,12 @@ def knothe_rosenblatt(weights: Array, u: Array) -> tuple[Array, Array]:
     return jnp.stack([t_x, t_y, t_z], axis=-1), density
 
 
-def smooth_positions(key: Key, weights: Array, n: int, box_size: Array) -> tuple[Array, Array]:
-    """n positions in the cube [-L/2, L/2]^3 drawn from the interpolated density of `weights`.
+def smooth_positions(
+    key: Key, weights: Array, n: int, box_size: Array, first: int | Array = 0, total: int | None = None
+) -> tuple[Array, Array]:
+    """n positions in the cube [-L/2, L/2]^3 drawn from the interpolated density of `weights`
+    (rows `first` to `first + n - 1` of `total`, default n: one device's share
+    of the stratified x-uniforms).
 
     **Returns:** `(positions, density)`: (n, 3) positions (units of `box_size`) and
     the (n,) interpolated weight density at each, in weight per cell volume (its
@@ -178,6 +183,7 @@ def smooth_positions(key: Key, weights: Array, n: int, box_size: Array) -> tuple
     grid = weights.shape[0]
     dtype = weights.dtype
     k_x, k_yz = jax.random.split(key)
-    u = jnp.concatenate([stratified_uniforms(k_x, n, dtype)[:, None], jax.random.uniform(k_yz, (n, 2), dtype)], -1)
+    x_uniforms = stratified_uniforms(k_x, n, dtype, first, total)
+    u = jnp.concatenate([x_uniforms[:, None], jax.random.uniform(k_yz, (n, 2), dtype)], -1)
     t, density = knothe_rosenblatt(weights, u)
     return t * (box_size / grid) - 0.5 * box_size, density
