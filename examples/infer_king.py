@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args()
     if args.chain_method == "parallel" and args.likelihood == "mock":
-        # Measured: under numpyro's pmap the builder's diffrax profile solve
+        # Measured: under numpyro's pmap the builder's profile solve
         # (an equinox checkpointed while loop) fails to differentiate
         # ("Closure-converted function called with different dynamic arguments").
         parser.error("--chain-method parallel does not work with --likelihood mock yet; use vectorized")

@@ -13,7 +13,7 @@ SMALL_ARGS = {
     "infer_plummer.py": ["--n", "200", "--num-warmup", "20", "--num-samples", "20", "--num-chains", "1"],
     "infer_king.py": ["--n", "200", "--num-warmup", "10", "--num-samples", "10", "--num-chains", "1"],
 }
-# Examples whose smoke run compiles a heavy model (King: a diffrax profile solve
+# Examples whose smoke run compiles a heavy model (King: a profile solve
 # in the likelihood, ~1-3 min on 2 cores): run with `make validate`.
 SLOW_EXAMPLES = {"infer_king.py"}
 # The mock likelihood (covariance simulations, builder + SPH forward model).

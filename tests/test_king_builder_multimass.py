@@ -106,7 +106,7 @@ def test_two_component_cluster_matches_the_model():
     assert abs(float(q) - 0.5) < 0.02
 
 
-@pytest.mark.slow  # reverse mode through 16 diffrax solves: ~1 min to compile
+@pytest.mark.slow  # reverse mode through 16 profile solves: ~1 min to compile
 def test_multimass_gradients_match_finite_differences():
     def heavy_r_h(W0, delta):
         return solve_multimass_king_profile(W0, *TWO, 1.0, delta).r_h_j[1]

@@ -22,7 +22,7 @@ def _gl(lo, hi, panels=200, order=16):
     return (edges[:-1, None] + half * (1.0 + nodes)).ravel(), (weights * half).ravel()
 
 
-# The King likelihood compiles a diffrax profile solve (tens of seconds per new
+# The King likelihood compiles a profile solve (tens of seconds per new
 # shape on 2 cores): the heavier checks run with `make validate`.
 @pytest.mark.slow
 def test_position_density_is_normalised():
@@ -88,7 +88,7 @@ def test_gradient_matches_finite_differences(data):
     fd = np.array([(f(p0.at[i].add(h)) - f(p0.at[i].add(-h))) / (2 * h) for i in range(p0.size)])
     # Rounding in the central difference ~ eps |f| / h ~ 2e-16 * 1e3 / 1e-6 = 2e-7;
     # truncation O(h^2 f''') is smaller. The profile solve's gradient is exact
-    # autodiff through diffrax, so 1e-5 of the largest component leaves a margin.
+    # autodiff through the profile solve, so 1e-5 of the largest component leaves a margin.
     assert np.all(np.isfinite(grad))
     np.testing.assert_allclose(grad, fd, atol=1e-5 * np.max(np.abs(fd)), rtol=1e-5)
 

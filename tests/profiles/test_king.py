@@ -153,7 +153,7 @@ def test_mass_quadrature_matches_ode(W0, g):
 
 
 def test_rt_gradient_matches_finite_differences():
-    """d r_t / d W0 through the diffrax solve vs central differences.
+    """d r_t / d W0 through the profile solve vs central differences.
 
     The fixed step list makes r_t a smooth function of W0 (no adaptive-step
     jitter) as long as the crossing stays in the same grid bracket, so the

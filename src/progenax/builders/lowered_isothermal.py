@@ -12,7 +12,7 @@ A **multi-mass** cluster (`mass_bins=K`) solves the self-consistent multi-mass
 model (`solve_multimass_king_profile`) and draws each star from its bin's
 component. Positions stay about the model centre (the origin), so the bound
 $|x| \le r_t$ holds exactly. Everything is differentiable in `W0`, `g`, `ra`,
-`r_h`, `alpha` and `Q` (reverse mode through the diffrax solve and the
+`r_h`, `alpha` and `Q` (reverse mode through the profile solve and the
 implicit root finders).
 """
 

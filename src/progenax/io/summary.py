@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,20 +26,28 @@ def _diagnostics(ic) -> dict[str, Any]:
     """
 
     s = ic.state
-    m = s.masses * ic.weights
-    centre = density_centre(s.positions, ic.weights)
+    centre = jnp.asarray(density_centre(s.positions, ic.weights))
+    G = jnp.asarray(ic.units.G, s.positions.dtype)
+    measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, G, ic.energy_method)
     return {
         "n": int(s.masses.shape[0]),
-        "n_eff": float(jnp.sum(ic.weights)),
-        "weighted": bool(jnp.any(ic.weights != 1)),
-        "mass": float(jnp.sum(m)),
-        "r_h": float(half_mass_radius(s.positions, m, centre=centre)),
-        "Q": float(
-            virial_ratio(
-                s.positions, s.velocities, m, G=ic.units.G, method=ic.energy_method, centre=jnp.asarray(centre)
-            )
-        ),
+        **{name: float(value) for name, value in measured.items() if name != "weighted"},
+        "weighted": bool(measured["weighted"]),
         "dtype": str(s.positions.dtype),
+    }
+
+
+@functools.partial(jax.jit, static_argnames=("method",))
+def _measures(positions, velocities, masses, weights, centre, G, method):
+    """`_diagnostics`' sums, half-mass radius and Q in one program (eager, each
+    operation would be a small program of its own to trace and look up)."""
+    m = masses * weights
+    return {
+        "n_eff": jnp.sum(weights),
+        "weighted": jnp.any(weights != 1),
+        "mass": jnp.sum(m),
+        "r_h": half_mass_radius(positions, m, centre=centre),
+        "Q": virial_ratio(positions, velocities, m, G=G, method=method, centre=centre),
     }
 
 

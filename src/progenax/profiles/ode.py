@@ -3,8 +3,9 @@ r"""Fixed-grid Runge-Kutta integration for the profile solves.
 The King and LIMEPY profiles integrate Poisson's equation on a grid fixed in
 advance (one step per node interval of $\ln r$), so nothing adapts and no
 error is estimated: the integrator is a `lax.scan` of one explicit step per
-interval. The method is Tsitouras' (2011) 5th-order pair as diffrax tabulates it
-(`diffrax.Tsit5.tableau`, the home of the coefficients); only its 5th-order
+interval. The method is Tsitouras' (2011) 5th-order pair (the coefficients of
+his Table 1, as `diffrax.Tsit5.tableau` also holds them; written here so that
+a profile solve does not import diffrax, 0.3 s); only its 5th-order
 solution is used, so the 7th (first-same-as-last) stage, whose weight in that
 solution is 0, is never evaluated: 6 evaluations of the right-hand side per step.
 
@@ -29,27 +30,39 @@ import numpy as np
 
 from .._types import Array
 
+# Tsitouras (2011), Comput. Math. Appl. 62, 770, Table 1: the 5th-order pair's
+# stage coefficients a_ij (row i: stage i + 2's argument), nodes c_i and
+# 5th-order weights b_i; the 7th stage's weight is 0 (first same as last) and
+# is dropped. The same numbers as `diffrax.Tsit5.tableau` (tests/profiles/test_ode.py).
+_TSIT5_A = (
+    (0.161,),
+    (-0.008480655492356989, 0.335480655492357),
+    (2.8971530571054935, -6.359448489975075, 4.3622954328695815),
+    (5.325864828439257, -11.748883564062828, 7.4955393428898365, -0.09249506636175525),
+    (5.86145544294642, -12.92096931784711, 8.159367898576159, -0.071584973281401, -0.028269050394068383),
+)
+_TSIT5_C = (0.161, 0.327, 0.9, 0.9800255409045097, 1.0)
+_TSIT5_B = (
+    0.09646076681806523,
+    0.01,
+    0.4798896504144996,
+    1.379008574103742,
+    -3.290069515436081,
+    2.324710524099774,
+)
+
 
 @functools.cache
 def _tsit5_coefficients() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(stage matrix, stage nodes, 5th-order weights) of the Tsit5 tableau.
 
     Row i of the stage matrix holds the coefficients of stages 1..6 in the
-    argument of stage i + 1 (row 0 is stage 1's: all zero); the 7th stage's
-    weight is 0 (first same as last) and is dropped.
+    argument of stage i + 1 (row 0 is stage 1's: all zero).
     """
-    # Imported here, not at module level: diffrax (with lineax and optimistix)
-    # is the largest part of `import progenax`, and only a profile solve needs it.
-    import diffrax
-
-    tableau = diffrax.Tsit5.tableau
-    if abs(float(tableau.b_sol[6])) != 0.0:  # pragma: no cover - a changed tableau
-        raise RuntimeError("the Tsit5 tableau's last weight is not 0: update progenax.profiles.ode")
     matrix = np.zeros((6, 6))
-    for i, row in enumerate(tableau.a_lower[:5]):
-        matrix[i + 1, : len(row)] = np.asarray(row, dtype=float)
-    nodes = np.concatenate([[0.0], np.asarray(tableau.c[:5], dtype=float)])
-    return matrix, nodes, np.asarray(tableau.b_sol[:6], dtype=float)
+    for i, row in enumerate(_TSIT5_A):
+        matrix[i + 1, : len(row)] = row
+    return matrix, np.array((0.0, *_TSIT5_C)), np.array(_TSIT5_B)
 
 
 def integrate_on_grid(rhs: Callable[[Array, Any], Any], y0: Any, ts: Array) -> Any:
