@@ -163,8 +163,7 @@ def ring_energy(n_devices: int) -> dict:
     one-device sum, in float64 and float32."""
     from jax.sharding import PartitionSpec as P
 
-    from progenax.diagnostics.energy import potential_energy
-    from progenax.sharding.energy import ring_spherical_potential
+    from progenax.diagnostics.energy import potential_energy, ring_spherical_potential
 
     mesh = sharding.particle_mesh()
     out = {}

@@ -1,4 +1,4 @@
-r"""Sharded builders on simulated CPU devices (`progenax.sharding.builders`).
+r"""Sharded builders on simulated CPU devices (`progenax.builders.sharded`).
 
 Tolerances. Round-off only (1e-12): the ring's shell-theorem W against the
 one-device sum (the same terms added in another order, measured 3e-16), a

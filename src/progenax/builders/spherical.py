@@ -23,20 +23,23 @@ from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
 from ..models import REGISTRY, AbstractClusterModel
 from ..models.osipkov_merritt import OSIPKOV_MERRITT_LIMIT_MESSAGE, osipkov_merritt_limit
-from ..state import InitialConditions
+from ..state import InitialConditions, ParticleState
 from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
+from ..units import physical_units
 from ..validation import deferred_checks, errors_as_nan
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import (
     as_key,
     check_common_arguments,
     finish_cluster,
+    finish_units,
     imf_params,
     resolve_imf,
     sample_masses,
     segregate,
 )
+from .sharded import finish_share, map_shares, refuse_unsharded
 
 
 def draw_spherical(key, n, model_cls, values, alpha, imf, total_mass=jnp.sum):
@@ -95,6 +98,33 @@ def build_spherical(
     )
 
 
+def build_on_mesh(key, common, model_cls, values, segregation, binaries, rotation, rotation_scale, mesh):
+    """`build_model_cluster`'s sharded build (`progenax.builders.sharded`), from its validated arguments."""
+    refuse_unsharded(segregation=segregation, binaries=binaries)
+    options = (common.alpha, common.Q, common.imf, common.units, rotation, rotation_scale)
+    return _build_sharded(key, common.n, model_cls, values, *options, mesh, model_cls.CENTRE_POSITIONS)
+
+
+@deferred_checks
+def _build_sharded(
+    key, n, model_cls, values, alpha, Q, imf, units, rotation, rotation_scale, mesh, centre_positions
+) -> InitialConditions:
+    """n stars of `model_cls(**values)` over `mesh` (`progenax.builders.sharded`), jitted."""
+
+    def draw(share, key, values, alpha, Q, rotation, rotation_scale):
+        k = share.key(key)
+        total_mass = lambda m: share.total(jnp.sum(m))  # noqa: E731
+        masses, model, x, v = draw_spherical(k, share.rows, model_cls, values, alpha, imf, total_mass)
+        params = spherical_params(model, imf, alpha, Q)
+        v = rotate(k, x, v, params, rotation, rotation_scale)
+        x, v, w = finish_share(share, x, v, masses, Q, centre_positions)
+        return (x, v, masses), (model, params, w)
+
+    (x, v, masses), (model, params, w) = map_shares(draw, (key, values, alpha, Q, rotation, rotation_scale), n, mesh)
+    ic = InitialConditions(ParticleState(x, v, masses), jnp.ones_like(masses), model, params, physical_units())
+    return finish_units(ic, units, w=w)
+
+
 def resolve_model(model: str | type[AbstractClusterModel]) -> type[AbstractClusterModel]:
     """A model class from a registered name or the class itself."""
     if isinstance(model, type) and issubclass(model, AbstractClusterModel):
@@ -118,7 +148,7 @@ def build_model_cluster(
 ) -> InitialConditions:
     """Validate the model's parameters against its declared supports, then build
     (and drop the absent companions of an eager hard-mode binary build); over
-    `mesh`'s devices when one is given (`progenax.sharding.builders`)."""
+    `mesh`'s devices when one is given (`progenax.builders.sharded`)."""
     fixed = {name: jnp.asarray(value, common.r_h.dtype) for name, value in model_cls.FIXED.items()}
     values = {**model_cls.checked(common.checks, **parameters), **fixed}
     S, T = check_segregation_arguments(common.checks, segregation, temperature)
@@ -129,8 +159,6 @@ def build_model_cluster(
         return _checked_build(
             common, model_cls, values, lambda: build_spherical(as_key(key), common.n, model_cls, values, *args)
         )
-    from ..sharding.builders import build_on_mesh  # the sharding package imports the builders
-
     with errors_as_nan():  # an error raised by one device's program would stall the others
         return _checked_build(
             common,

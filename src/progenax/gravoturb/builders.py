@@ -44,6 +44,7 @@ from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..builders._binaries import check_binaries, draw_companions, drop_absent_companions
 from ..builders._common import as_key, check_imf, finish_cluster, finish_units, resolve_imf, sample_masses
+from ..builders.sharded import finish_share, map_shares, refuse_unsharded
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
@@ -170,8 +171,7 @@ def _cloud(key, n, m_cloud, gamma, eta, f):
 
 @deferred_checks
 def _cloud_sharded(key, n, m_cloud, gamma, eta, f, mesh):
-    """`_cloud` with each device of `mesh` placing n / D particles (`progenax.sharding.builders`)."""
-    from ..sharding.builders import map_shares
+    """`_cloud` with each device of `mesh` placing n / D particles (`progenax.builders.sharded`)."""
 
     def draw(share, key, m_cloud, gamma, eta, f):
         k = share.key(key)
@@ -235,7 +235,7 @@ def cloud_builder(
     - `n_gas`, `alpha`: the deprecated 0.1.0 names of `n` and `pdf_slope`.
     - `mesh`: None, or a one-axis `jax.sharding.Mesh`: each device places n / D
       particles from the same field (computed on every device) and they come
-      back laid out over the mesh (`progenax.sharding.builders`; n a multiple
+      back laid out over the mesh (`progenax.builders.sharded`; n a multiple
       of D).
 
     **Returns:** a `GasCloud`, its `field` the grid it came from. Differentiable
@@ -256,9 +256,6 @@ def cloud_builder(
     eta = checks.range("eta", eta, lower=0.0)
     if mesh is None:
         return checks.attach(_cloud(as_key(key), n, m_cloud, gamma, eta, f))
-    from ..sharding.builders import check_rows
-
-    check_rows(n, mesh)
     with errors_as_nan():  # an error raised by one device's program would stall the others
         return checks.attach(_cloud_sharded(as_key(key), n, m_cloud, gamma, eta, f, mesh))
 
@@ -319,8 +316,7 @@ def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=No
 
 @deferred_checks
 def _stars_sharded(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh):
-    """`_stars` with each device of `mesh` drawing n / D stars (`progenax.sharding.builders`)."""
-    from ..sharding.builders import finish_share, map_shares
+    """`_stars` with each device of `mesh` drawing n / D stars (`progenax.builders.sharded`)."""
 
     def draw(share, key, kappa, dispersion, alpha, Q, f):
         k = share.key(key)
@@ -391,7 +387,7 @@ def star_builder(
     - `binaries`: as for `progenax.plummer_builder` (`n` then counts systems).
     - `mesh`: None, or a one-axis `jax.sharding.Mesh`: each device draws n / D
       stars from the same field (computed on every device) and the stars come
-      back laid out over the mesh (`progenax.sharding.builders`; not with
+      back laid out over the mesh (`progenax.builders.sharded`; not with
       `binaries`; n a multiple of D).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
@@ -424,9 +420,6 @@ def star_builder(
     if mesh is None:
         out = _stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries)
         return drop_absent_companions(checks.attach(out))
-    from ..sharding.builders import check_rows, refuse_unsharded
-
     refuse_unsharded(binaries=binaries)
-    check_rows(n, mesh)
     with errors_as_nan():  # an error raised by one device's program would stall the others
         return checks.attach(_stars_sharded(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh))

@@ -1,4 +1,4 @@
-"""Builders, SPH density, its loss, gradient and relaxation over a JAX device mesh.
+"""SPH density, its loss, gradient and relaxation over a JAX device mesh.
 
 - `decompose`, `Slabs` (slabs.py): particles cut into slabs along one axis,
   by count (quantiles) or by edges, in a padded device-major layout.
@@ -9,10 +9,8 @@
   `slab_density_loss` on layout arrays; `measure_halo`; `particle_mesh`.
 - `relax` (relax.py): `progenax.sph.relax`'s step over a mesh, re-cut
   between blocks of steps.
-- builders.py: what `progenax.plummer_builder(..., mesh=mesh)` and the
-  other spherical builders run, each device drawing its share of the stars;
-  energy.py: the shell-theorem W of a sharded set, its shares passed around
-  the ring.
+- The builders' own `mesh=` (`progenax.builders.sharded`) draws a cluster
+  over the same kind of mesh (`particle_mesh`), each device its share.
 
 docs/scaling.md shows how to run it on several devices and hosts.
 """

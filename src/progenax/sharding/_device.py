@@ -10,31 +10,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from .._mesh import AXIS_NAME as AXIS_NAME
+from .._mesh import mesh_axis as mesh_axis
+from .._mesh import particle_mesh as particle_mesh
 from .._types import Array
 from ..neighbours import build_cell_list, layout_for
 from ..sph.kernels import SUPPORT
 from ..validation import error_if
 from .halo import Halo, plan_halo
 from .slabs import slab_coordinate
-
-AXIS_NAME = "particles"  # the axis of the default mesh
-
-
-def particle_mesh(devices=None) -> Mesh:
-    """A one-axis mesh named "particles" over `devices` (default: all)."""
-    devices = jax.devices() if devices is None else list(devices)
-    return Mesh(np.asarray(devices), (AXIS_NAME,))
-
-
-def mesh_axis(mesh: Mesh | None) -> tuple[Mesh, str, int]:
-    mesh = particle_mesh() if mesh is None else mesh
-    if len(mesh.axis_names) != 1:
-        raise ValueError(f"mesh must have one axis (the particles'), got axes {mesh.axis_names}")
-    return mesh, mesh.axis_names[0], int(mesh.devices.size)
 
 
 class Config:

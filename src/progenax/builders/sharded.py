@@ -17,7 +17,7 @@ n / D on the D devices of a one-axis mesh; no device ever holds the whole set.
   (which sets a model's velocity scale), the centre of mass and the kinetic
   energy by `psum`; the potential energy $W$ by the shell theorem about the
   origin (the model centre) with the shares passed around the ring
-  (`sharding.energy.ring_spherical_potential`). The velocities are then
+  (`progenax.diagnostics.energy.ring_spherical_potential`). The velocities are then
   scaled to $T/|W| = Q$ exactly, as on one device.
 - **Outputs** stay sharded: the per-particle arrays are `jax.Array`s laid out
   over the mesh's axis (device d holds rows d n/D to (d + 1) n/D); the model,
@@ -43,16 +43,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from .._mesh import mesh_axis
 from .._types import Array
-from ..builders._common import centre_of_mass_frame, finish_units
-from ..builders.spherical import draw_spherical, spherical_params
-from ..diagnostics.energy import kinetic_energy, virial_velocity_factor
-from ..state import InitialConditions, ParticleState
-from ..structure.rotation import rotate
-from ..units import G_PHYSICAL, physical_units
-from ..validation import collecting_checks, deferred_checks, error_if
-from ._device import mesh_axis
-from .energy import ring_spherical_potential
+from ..diagnostics.energy import kinetic_energy, ring_spherical_potential, virial_velocity_factor
+from ..units import G_PHYSICAL
+from ..validation import collecting_checks, error_if
+from ._common import centre_of_mass_frame
 
 SHARD_STREAM = 17
 """`fold_in` of the builder's key that the devices' keys (but device 0's) derive from."""
@@ -63,17 +59,9 @@ NOT_SHARDED = {
 }
 
 
-def build_on_mesh(key, common, model_cls, values, segregation, binaries, rotation, rotation_scale, mesh):
-    """`builders.spherical.build_model_cluster`'s sharded build, from its validated arguments."""
-    refuse_unsharded(segregation=segregation, binaries=binaries)
-    check_rows(common.n, mesh)
-    options = (common.alpha, common.Q, common.imf, common.units, rotation, rotation_scale)
-    return build_sharded(key, common.n, model_cls, values, *options, mesh, model_cls.CENTRE_POSITIONS)
-
-
 class Share(NamedTuple):
     """One device's part of a sharded build (inside `shard_map`): rows
-    `first` to `first + rows` of the n, on a mesh axis of `n_devices`."""
+    `first` to `first + rows - 1` of the n, on a mesh axis of `n_devices`."""
 
     axis_name: str
     n_devices: int
@@ -92,9 +80,8 @@ class Share(NamedTuple):
         return jax.lax.cond(d == 0, lambda: own, lambda: other)
 
 
-def check_rows(n: int, mesh) -> None:
+def _check_rows(n: int, n_devices: int) -> None:
     """Refuse an n that the mesh's device count does not divide."""
-    _, _, n_devices = mesh_axis(mesh)
     if n % n_devices:
         raise ValueError(f"n must be a multiple of the mesh's {n_devices} devices for a sharded build, got n = {n}")
 
@@ -116,7 +103,7 @@ def map_shares(draw, inputs: tuple, n: int, mesh):
     `draw`'s functions record are tied to the outputs for the caller
     (`deferred_checks`), never raised inside the map."""
     mesh, axis_name, n_devices = mesh_axis(mesh)
-    check_rows(n, mesh)
+    _check_rows(n, n_devices)
     dynamic, static = eqx.partition(inputs, eqx.is_array)  # static ints (King's grid sizes) stay Python
     messages: list[tuple[str, ...]] = []
 
@@ -147,23 +134,3 @@ def finish_share(share: Share, x, v, masses, Q, centre_positions: bool):
     if centre_positions:
         x = centre_of_mass_frame(x, masses, share.total)
     return x, v, w
-
-
-@deferred_checks
-def build_sharded(
-    key, n, model_cls, values, alpha, Q, imf, units, rotation, rotation_scale, mesh, centre_positions
-) -> InitialConditions:
-    """n stars of `model_cls(**values)` over `mesh` (module docstring), jitted."""
-
-    def draw(share, key, values, alpha, Q, rotation, rotation_scale):
-        k = share.key(key)
-        total_mass = lambda m: share.total(jnp.sum(m))  # noqa: E731
-        masses, model, x, v = draw_spherical(k, share.rows, model_cls, values, alpha, imf, total_mass)
-        params = spherical_params(model, imf, alpha, Q)
-        v = rotate(k, x, v, params, rotation, rotation_scale)
-        x, v, w = finish_share(share, x, v, masses, Q, centre_positions)
-        return (x, v, masses), (model, params, w)
-
-    (x, v, masses), (model, params, w) = map_shares(draw, (key, values, alpha, Q, rotation, rotation_scale), n, mesh)
-    ic = InitialConditions(ParticleState(x, v, masses), jnp.ones_like(masses), model, params, physical_units())
-    return finish_units(ic, units, w=w)
