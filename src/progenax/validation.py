@@ -156,9 +156,10 @@ class ParameterChecks:
 
     A concrete value out of range raises `ValueError` at once. A traced one is
     recorded, and `attach(output)` ties every array leaf of the output to the
-    checks with `equinox.branched_error_if`, so the error fires whichever output
-    a jitted caller keeps (a check on Q must fire even if only positions are
-    used, which a per-value `error_if` would not guarantee).
+    checks (`tie_errors`: `equinox.branched_error_if`, or NaN under
+    `errors_as_nan`), so the error fires whichever output a jitted caller keeps
+    (a check on Q must fire even if only positions are used, which a per-value
+    `error_if` would not guarantee).
     """
 
     def __init__(self) -> None:
@@ -207,40 +208,35 @@ class ParameterChecks:
             return output
         # 0 * x is 0 for a finite x (a bad x has failed the check above), and its
         # derivative carries the checks: see `_checked_derivative`.
-        zero = sum(0.0 * _checked_derivative(x, bad, index, messages) for x in self._piecewise_constant)
+        nan = _NAN_ON_ERROR.get()  # read now: the derivative rule may be traced after the context has closed
+        zero = sum(0.0 * _checked_derivative(x, bad, index, messages, nan) for x in self._piecewise_constant)
         return _tie(output, zero)
 
 
 def _tie(output, zero: Array):
-    """Every numeric array leaf of `output` plus the scalar `zero`: the same
-    values, each now depending on it (elementwise, so a leaf laid out over a
-    device mesh stays so). Integer leaves only where `zero` is finite."""
-    finite = not _NAN_ON_ERROR.get()
+    """Every floating array leaf of `output` plus the scalar `zero`: the same
+    values (a finite zero), each now depending on it; elementwise, so a leaf
+    laid out over a device mesh stays so. Integer and boolean leaves are left
+    as they are (they cannot hold NaN)."""
 
     def tie(leaf):
-        if not isinstance(leaf, jax.Array):
-            return leaf
-        if jnp.issubdtype(leaf.dtype, jnp.inexact) or (finite and jnp.issubdtype(leaf.dtype, jnp.integer)):
+        if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.inexact):
             return leaf + zero.astype(leaf.dtype)
         return leaf
 
     return jax.tree_util.tree_map(tie, output)
 
 
-def _flag(bad: Array, index: Array, messages, value: float) -> Array:
-    """`value` as a scalar that raises the failed check's message when used
-    (`equinox.branched_error_if`), or NaN instead under `errors_as_nan`."""
-    if _NAN_ON_ERROR.get():
-        return jnp.where(bad, jnp.nan, value)
-    return eqx.branched_error_if(jnp.asarray(value), bad, index, list(messages))
-
-
 def tie_errors(output, bad: Array, index: Array, messages):
-    """The failed check's error tied into every numeric leaf of `output`
-    through one scalar (`_tie`): it fires whichever leaf a jitted caller keeps,
-    and, unlike `branched_error_if` of the leaves themselves, no leaf sharded
-    over a mesh is gathered onto every device for it."""
-    return _tie(output, _flag(bad, index, messages, 0.0))
+    """The failed check's error tied to every array leaf of `output`
+    (`equinox.branched_error_if`), so that it fires whichever leaf a jitted
+    caller keeps. Under `errors_as_nan`, NaN added to every floating leaf
+    through one scalar (`_tie`) instead: elementwise, so no leaf laid out over
+    a device mesh is gathered onto every device for the check, as
+    `branched_error_if` of the leaves would."""
+    if not _NAN_ON_ERROR.get():
+        return eqx.branched_error_if(output, bad, index, list(messages))
+    return _tie(output, jnp.where(bad, jnp.nan, 0.0))
 
 
 _NAN_ON_ERROR: contextvars.ContextVar[bool] = contextvars.ContextVar("progenax_nan_on_error", default=False)
@@ -260,8 +256,8 @@ def errors_as_nan():
         _NAN_ON_ERROR.reset(token)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _checked_derivative(x: Array, bad: Array, index: Array, messages: tuple[str, ...]) -> Array:
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _checked_derivative(x: Array, bad: Array, index: Array, messages: tuple[str, ...], nan: bool = False) -> Array:
     """`x` itself; its derivative is multiplied by a 1 that `branched_error_if`
     computes from the checks. A reverse pass that reaches `x` therefore needs the
     checks' value and keeps them, where a forward-only `error_if` is dropped as
@@ -270,9 +266,10 @@ def _checked_derivative(x: Array, bad: Array, index: Array, messages: tuple[str,
 
 
 @_checked_derivative.defjvp
-def _checked_derivative_jvp(messages, primals, tangents):
+def _checked_derivative_jvp(messages, nan, primals, tangents):
     x, bad, index = primals
-    one = _flag(bad, index, messages, 1.0).astype(x.dtype)
+    one = jnp.where(bad, jnp.nan, 1.0) if nan else eqx.branched_error_if(jnp.ones(()), bad, index, messages)
+    one = one.astype(x.dtype)
     return x, tangents[0] * one
 
 

@@ -197,9 +197,9 @@ def _king_stats(ic) -> dict:
 def build(n_devices: int) -> dict:
     """Sharded builds: a one-device mesh against the plain build (n above the
     exact-energy limit, so both scale with the shell-theorem W), a King
-    cluster over every device (its shares, Q, momentum, and its radii, speeds
-    and masses against a one-device build by two-sample KS), and the
-    refusals."""
+    cluster over every device (its shares, and its radii, speeds and masses
+    against a one-device build by two-sample KS), an EFF one scaled to Q
+    (Q and momentum), and the refusals."""
     mesh = sharding.particle_mesh()
     out = {}
     one_device = sharding.particle_mesh(jax.devices()[:1])
@@ -218,7 +218,8 @@ def build(n_devices: int) -> dict:
     # The DF's own velocities (Q=None): every star an independent draw, as the
     # KS distance assumes; a Q scaling multiplies all speeds by one random factor.
     many, one = _king_stats(king), _king_stats(progenax.king_builder(4, n=n, W0=7.0))
-    scaled = _king_stats(progenax.king_builder(5, n=n, W0=7.0, Q=0.5, mesh=mesh))
+    # EFF keeps its model centre too, so Q about the origin is the scaled one.
+    scaled = _king_stats(progenax.eff_builder(5, n=n, gamma=3.0, Q=0.5, mesh=mesh))
     out["Q"] = scaled["Q"]
     out["momentum"] = scaled["momentum"]
     out["ks"] = {name: _ks_two_sample(many[name], one[name]) for name in ("r", "speed", "m")}
@@ -236,14 +237,14 @@ def build(n_devices: int) -> dict:
 
 def build_gravoturb(n_devices: int) -> dict:
     """Sharded gravoturbulent stars and gas: a one-device mesh against the
-    plain builds (stars scaled to Q with the shell-theorem W: n above the
-    exact limit), and builds over every device against one-device builds of
-    the same size by two-sample KS (positions per axis, speeds; the gas's h)."""
+    plain builds, builds over every device against one-device builds of the
+    same size by two-sample KS (positions per axis, speeds; the gas's h), and
+    the refusal of Q (the clumpy stars' W is not sharded)."""
     from progenax import gravoturb
 
     out = {}
     one_device = sharding.particle_mesh(jax.devices()[:1])
-    options = dict(n=24_000, grid=32, Q=0.5)
+    options = dict(n=24_000, grid=32)
     plain, meshed = (gravoturb.star_builder(1, **options, mesh=m) for m in (None, one_device))
     gas = [gravoturb.cloud_builder(1, n=24_000, grid=32, mesh=m) for m in (None, one_device)]
     out["one_device"] = max(
@@ -267,6 +268,11 @@ def build_gravoturb(n_devices: int) -> dict:
     out["ks"] = ks
     out["n"] = n
     out["shards"] = len(stars[0].state.positions.addressable_shards)
+    try:
+        gravoturb.star_builder(2, n=n, grid=32, Q=0.5, mesh=mesh)
+        out["refused_Q"] = ""
+    except ValueError as err:
+        out["refused_Q"] = str(err)
     return out
 
 

@@ -46,12 +46,13 @@ def _check_gravoturb(figures: dict, n_devices: int) -> None:
     assert figures["shards"] == n_devices
     for name, distance in figures["ks"].items():
         assert distance < _ks_limit(figures["n"]), (name, figures["ks"])
+    assert "nested-mesh W" in figures["refused_Q"]
 
 
 def test_four_devices(run_worker):
     """The ring energy, a one-device mesh, a King build's shares and
-    statistics, the refusals, gravoturbulent stars and gas, the gradient of a
-    sharded Plummer build, float32."""
+    statistics, an EFF build's Q, the refusals, gravoturbulent stars and gas,
+    the gradient of a sharded Plummer build, float32."""
     results = run_worker(4, "ring_energy", "build", "build_gravoturb", "build_gradient", "build_float32")
     _check_gravoturb(results["build_gravoturb"], 4)
     assert results["ring_energy"]["float64"] < ROUND_OFF

@@ -71,6 +71,15 @@ def plummer_builder(
       `ic.pairs` lists the (primary, secondary) indices. An eager build in the
       default hard mode drops the absent companions: it has n + (number of
       binaries) stars.
+    - `rotation`, `rotation_scale`: None (no net rotation, the default) or the
+      rotation parameter k in [-1, 1] and the angular-momentum scale
+      L_0 >= 0 (pc km/s): each star's v_phi sign is drawn with probability
+      (1 + k tanh(|L_z|/L_0))/2 for L_z > 0 (`progenax.structure.rotation`).
+    - `mesh`: None (one device) or a one-axis `jax.sharding.Mesh`
+      (`progenax.sharding.particle_mesh()`): the stars are drawn as shares of
+      n / D on its D devices and returned laid out over them, no device
+      holding the whole set (`progenax.builders.sharded`; not with
+      `segregation` or `binaries`; n a multiple of D).
 
     **Returns:** `InitialConditions` whose `model` is a `progenax.models.Plummer`; differentiable in
     r_h, ra, alpha and Q; partially in `segregation`,

@@ -9,7 +9,8 @@ n / D on the D devices of a one-axis mesh; no device ever holds the whole set.
   model, or the turbulent field, which every device computes alike from the
   builder's key), so device d draws its share with the builder's own streams
   from a key of its own (`Share.key`): the builder's key on device 0 (a
-  one-device mesh gives the one-device cluster), `fold_in(fold_in(key,
+  one-device mesh gives the one-device cluster where both scale with the
+  same W: above `EXACT_MAX_N` stars, physical units), `fold_in(fold_in(key,
   SHARD_STREAM), d)` on the others. A gravoturbulent device takes its rows'
   part of the stratified x-uniforms (rows d n/D to (d + 1) n/D of n). The
   statistics are the one-device build's; the stars themselves differ.
@@ -25,13 +26,15 @@ n / D on the D devices of a one-axis mesh; no device ever holds the whole set.
   per-device draw and ties its traced checks to these outputs.
 
 Differences from one device: $W$ is the shell-theorem estimate at every n
-(one device sums every pair exactly up to `EXACT_MAX_N` = 20,000 stars; the
-estimate is 0.1% from that sum at 20,000 and closer above), and Henon units
-take their virial radius from the same $W$. Not sharded: `segregation` (it
-ranks every star by energy), `binaries`, King's `mass_bins` (`ValueError`
-with a mesh), and `fractal_builder`, which takes no mesh: its stars are the
-leaves of one tree chosen among all of them, and its radial remap ranks every
-star.
+(one device sums every pair exactly up to `EXACT_MAX_N` = 20,000 stars; for
+the spherical models the estimate is 0.1% from that sum at 20,000 and closer
+above), and Henon units take their virial radius from the same $W$ (one
+device recomputes it about the median after centring). Not sharded:
+`segregation` (it ranks every star by energy), `binaries`, King's
+`mass_bins`, and Q for gravoturbulent stars (clumpy: their W needs the
+nested mesh) (`ValueError` with a mesh), and `fractal_builder`, which takes
+no mesh: its stars are the leaves of one tree chosen among all of them, its
+radial remap ranks every star, and its W is the nested mesh's.
 """
 
 from __future__ import annotations

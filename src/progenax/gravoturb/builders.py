@@ -309,6 +309,9 @@ def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=No
         Q,
         units,
         centre_positions=False,
+        # Clumpy stars: above 20,000 the shell estimate of W about the cloud
+        # centre is far off (exact Q 0.10 for a requested 0.5 at n = 24,000).
+        large_n_energy="mesh",
         companions=companions,
         binaries=binaries,
     )
@@ -388,7 +391,7 @@ def star_builder(
     - `mesh`: None, or a one-axis `jax.sharding.Mesh`: each device draws n / D
       stars from the same field (computed on every device) and the stars come
       back laid out over the mesh (`progenax.builders.sharded`; not with
-      `binaries`; n a multiple of D).
+      `binaries` or `Q`; n a multiple of D).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
     mach, pdf_slope, b, kappa, dispersion, alpha and Q through the grid and the
@@ -421,5 +424,10 @@ def star_builder(
         out = _stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries)
         return drop_absent_companions(checks.attach(out))
     refuse_unsharded(binaries=binaries)
+    if Q is not None:
+        raise ValueError(
+            "a sharded star_builder keeps the turbulent velocities as drawn: its clumpy stars need the "
+            "nested-mesh W to be scaled to Q, which is not sharded; pass Q=None, or build without mesh"
+        )
     with errors_as_nan():  # an error raised by one device's program would stall the others
         return checks.attach(_stars_sharded(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh))

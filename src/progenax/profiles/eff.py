@@ -148,7 +148,9 @@ def _power_sum(coef: Array, z: Array) -> Array:
 
 def _horner_select(use_first: Array, first: Array, second: Array, z: Array) -> Array:
     """sum_j c_j z^j with c = first or second per element: one Horner scan, not two."""
-    acc = jnp.zeros(jnp.broadcast_shapes(first.shape[:-1], jnp.shape(z)), first.dtype)
+    # Zeros made from z and the coefficients: inside `shard_map` the carry then
+    # varies over the mesh axis as they do (a sharded build's tables are per device).
+    acc = jnp.zeros_like(z * first[..., 0] * second[..., 0])
     step = lambda acc, c: (acc * z + jnp.where(use_first, c[0], c[1]), None)
     coefs = (jnp.moveaxis(first, -1, 0)[::-1], jnp.moveaxis(second, -1, 0)[::-1])
     return jax.lax.scan(step, acc, coefs, unroll=_UNROLL)[0]
