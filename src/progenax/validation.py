@@ -259,17 +259,18 @@ def errors_as_nan():
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def _checked_derivative(x: Array, bad: Array, index: Array, messages: tuple[str, ...], nan: bool = False) -> Array:
     """`x` itself; its derivative is multiplied by a 1 that `branched_error_if`
-    computes from the checks. A reverse pass that reaches `x` therefore needs the
-    checks' value and keeps them, where a forward-only `error_if` is dropped as
-    dead code by `jit(grad)` when no forward value is used."""
+    computes from the checks (with `nan`: a 1 that is NaN when they fail). A
+    reverse pass that reaches `x` therefore needs the checks' value and keeps
+    them, where a forward-only `error_if` is dropped as dead code by
+    `jit(grad)` when no forward value is used."""
     return x
 
 
 @_checked_derivative.defjvp
 def _checked_derivative_jvp(messages, nan, primals, tangents):
     x, bad, index = primals
-    one = jnp.where(bad, jnp.nan, 1.0) if nan else eqx.branched_error_if(jnp.ones(()), bad, index, messages)
-    one = one.astype(x.dtype)
+    one = jnp.ones((), x.dtype)
+    one = jnp.where(bad, jnp.nan, one) if nan else eqx.branched_error_if(one, bad, index, messages)
     return x, tangents[0] * one
 
 

@@ -49,9 +49,10 @@ from jax.sharding import PartitionSpec as P
 from .._mesh import mesh_axis
 from .._types import Array
 from ..diagnostics.energy import kinetic_energy, ring_spherical_potential, virial_velocity_factor
-from ..units import G_PHYSICAL
+from ..state import InitialConditions, ParticleState
+from ..units import G_PHYSICAL, physical_units
 from ..validation import collecting_checks, error_if
-from ._common import centre_of_mass_frame
+from ._common import centre_of_mass_frame, finish_units
 
 SHARD_STREAM = 17
 """`fold_in` of the builder's key that the devices' keys (but device 0's) derive from."""
@@ -137,3 +138,10 @@ def finish_share(share: Share, x, v, masses, Q, centre_positions: bool):
     if centre_positions:
         x = centre_of_mass_frame(x, masses, share.total)
     return x, v, w
+
+
+def sharded_cluster(x, v, masses, model, params, units: str, w) -> InitialConditions:
+    """The `InitialConditions` of `map_shares`' outputs (physical units from the
+    draw), in `units`: Henon units from the ring's W."""
+    ic = InitialConditions(ParticleState(x, v, masses), jnp.ones_like(masses), model, params, physical_units())
+    return finish_units(ic, units, w=w)

@@ -23,23 +23,21 @@ from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
 from ..models import REGISTRY, AbstractClusterModel
 from ..models.osipkov_merritt import OSIPKOV_MERRITT_LIMIT_MESSAGE, osipkov_merritt_limit
-from ..state import InitialConditions, ParticleState
+from ..state import InitialConditions
 from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
-from ..units import physical_units
 from ..validation import deferred_checks, errors_as_nan
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import (
     as_key,
     check_common_arguments,
     finish_cluster,
-    finish_units,
     imf_params,
     resolve_imf,
     sample_masses,
     segregate,
 )
-from .sharded import finish_share, map_shares, refuse_unsharded
+from .sharded import finish_share, map_shares, refuse_unsharded, sharded_cluster
 
 
 def draw_spherical(key, n, model_cls, values, alpha, imf, total_mass=jnp.sum):
@@ -121,8 +119,7 @@ def _build_sharded(
         return (x, v, masses), (model, params, w)
 
     (x, v, masses), (model, params, w) = map_shares(draw, (key, values, alpha, Q, rotation, rotation_scale), n, mesh)
-    ic = InitialConditions(ParticleState(x, v, masses), jnp.ones_like(masses), model, params, physical_units())
-    return finish_units(ic, units, w=w)
+    return sharded_cluster(x, v, masses, model, params, units, w)
 
 
 def resolve_model(model: str | type[AbstractClusterModel]) -> type[AbstractClusterModel]:

@@ -43,8 +43,8 @@ from .._deprecation import renamed_keyword
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..builders._binaries import check_binaries, draw_companions, drop_absent_companions
-from ..builders._common import as_key, check_imf, finish_cluster, finish_units, resolve_imf, sample_masses
-from ..builders.sharded import finish_share, map_shares, refuse_unsharded
+from ..builders._common import as_key, check_imf, finish_cluster, resolve_imf, sample_masses
+from ..builders.sharded import finish_share, map_shares, refuse_unsharded, sharded_cluster
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
@@ -329,8 +329,7 @@ def _stars_sharded(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, mes
 
     (x, v, m), (params, w) = map_shares(draw, (key, kappa, dispersion, alpha, Q, f), n, mesh)
     model = RecordedModel("gravoturb", dict(params), jnp.sum(m))
-    ic = InitialConditions(ParticleState(x, v, m), jnp.ones_like(m), model, params, physical_units())
-    return finish_units(ic, units, w=w)
+    return sharded_cluster(x, v, m, model, params, units, w)
 
 
 def star_builder(
