@@ -17,10 +17,14 @@ and `king_builder` (W0 = 6, Kroupa IMF, equilibrium velocities) after compile
     python benchmarks/builders.py --every-builder [--every-sizes 10000 100000]
     python benchmarks/builders.py --binaries [--sizes 100000 1000000]
 
-Every-builder rows: compile time (lower + compile) and build time after compile
-(median of repeats) of each exported builder in its common settings, through
-the public API only, so the same script times another checkout side by side
-(`PYTHONPATH=/path/to/other/src python benchmarks/builders.py --every-builder`).
+Every-builder rows: each exported builder in its common settings called as a
+user calls it, eagerly: the compile time (its first call less a later one:
+tracing and XLA's compile), the build time (median of later calls), and the
+same for the eager `jax.grad` of a scalar of every output (the masses' second
+moments of positions and velocities) in its main continuous parameters.
+Through the public API only, so the same script times another checkout side
+by side (`PYTHONPATH=/path/to/other/src python benchmarks/builders.py
+--every-builder`).
 
 Fractal rows (no reference): `fractal_builder` (D = 1.6, Q = 0.5) after compile,
 which above 20,000 stars scales Q with the nested-mesh P3M W; the fractal's own
@@ -206,27 +210,57 @@ def fractal_rows(sizes: list[int], repeats: int) -> None:
 
 
 EVERY_BUILDER = {
-    "plummer": lambda key, n: progenax.plummer_builder(key, n=n),
-    "eff": lambda key, n: progenax.eff_builder(key, n=n, gamma=3.0),
-    "eff r_t": lambda key, n: progenax.eff_builder(key, n=n, gamma=2.5, r_t=10.0),
-    "king": lambda key, n: progenax.king_builder(key, n=n, W0=6.0),
-    "limepy ra": lambda key, n: progenax.limepy_builder(key, n=n, W0=5.0, g=1.5, ra=8.0),
-    "king mass_bins": lambda key, n: progenax.king_builder(key, n=n, W0=5.0, mass_bins=4),
-    "fractal": lambda key, n: progenax.fractal_builder(key, n=n, D=2.0),
-    "gravoturb stars": lambda key, n: progenax.gravoturb.star_builder(key, n=n, grid=32, Q=0.5),
-    "gravoturb gas": lambda key, n: progenax.gravoturb.cloud_builder(key, n=n, grid=32),
+    "plummer": (lambda key, n, **p: progenax.plummer_builder(key, n=n, **p), {"r_h": 1.0, "Q": 0.5}),
+    "eff": (lambda key, n, **p: progenax.eff_builder(key, n=n, **p), {"gamma": 3.0, "Q": 0.5}),
+    "eff r_t": (lambda key, n, **p: progenax.eff_builder(key, n=n, r_t=10.0, **p), {"gamma": 2.5, "Q": 0.5}),
+    "king": (lambda key, n, **p: progenax.king_builder(key, n=n, **p), {"W0": 6.0, "Q": 0.5}),
+    "limepy ra": (lambda key, n, **p: progenax.limepy_builder(key, n=n, W0=5.0, **p), {"g": 1.5, "ra": 8.0}),
+    "king mass_bins": (lambda key, n, **p: progenax.king_builder(key, n=n, mass_bins=4, **p), {"W0": 5.0}),
+    "fractal": (lambda key, n, **p: progenax.fractal_builder(key, n=n, **p), {"D": 2.0, "Q": 0.5}),
+    "gravoturb stars": (lambda key, n, **p: progenax.gravoturb.star_builder(key, n=n, grid=32, **p), {"Q": 0.5}),
+    "gravoturb gas": (lambda key, n, **p: progenax.gravoturb.cloud_builder(key, n=n, grid=32, **p), {"mach": 5.0}),
 }
+"""Name -> (builder(key, n, **parameters), the parameters the gradient rows
+differentiate, at these values)."""
+
+
+def _observable(state) -> jax.Array:
+    """A scalar of every output: the masses' second moments of x and v."""
+    return jnp.sum(state.masses * (jnp.sum(state.positions**2, 1) + jnp.sum(state.velocities**2, 1)))
+
+
+def _first_and_later(call, repeats: int) -> tuple[float, float]:
+    """Wall time of the first call (trace, compile and run) and the median of
+    `repeats` later ones, each with a new key."""
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call(jax.random.PRNGKey(i)))
+        times.append(time.perf_counter() - t0)
+    return times[0], statistics.median(times[1:])
 
 
 def every_builder_rows(sizes: list[int], repeats: int) -> None:
-    print(f"{'builder':<16} {'n':>8} {'compile [s]':>12} {'build [s]':>10}")
-    for name, make in EVERY_BUILDER.items():
+    """Each builder as a user calls it: its first call and its first gradient,
+    both eager (compile = first call - a later call), and its build time."""
+    print(
+        f"{'builder':<16} {'n':>8} {'compile [s]':>12} {'build [s]':>10} {'grad compile [s]':>17}"
+        f" {'grad [s]':>9}  gradient in"
+    )
+    for name, (make, params) in EVERY_BUILDER.items():
         for n in sizes:
             if name == "fractal" and n > 20_000:
-                print(f"{name:<16} {n:>8}  (skipped: the mesh W takes ~30 s at 1e5; see --fractal-only)")
+                print(f"{name:<16} {n:>8}  (skipped: the mesh W takes ~5 s at 1e5; see --fractal-only)")
                 continue
-            compile_s, build_s, _ = compile_and_time(lambda key, make=make, n=n: make(key, n).state, repeats)
-            print(f"{name:<16} {n:>8} {compile_s:>12.2f} {build_s:>10.3f}", flush=True)
+            first, later = _first_and_later(lambda key, make=make, n=n: make(key, n, **params).state, repeats)
+            values = {k: jnp.asarray(v, jnp.float64) for k, v in params.items()}
+            grad = jax.grad(lambda p, key, make=make, n=n: _observable(make(key, n, **p).state))
+            g_first, g_later = _first_and_later(lambda key, grad=grad: grad(values, key), repeats)
+            print(
+                f"{name:<16} {n:>8} {first - later:>12.2f} {later:>10.3f} {g_first - g_later:>17.2f}"
+                f" {g_later:>9.3f}  {', '.join(params)}",
+                flush=True,
+            )
 
 
 def binary_rows(sizes: list[int], repeats: int) -> None:

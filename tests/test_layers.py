@@ -16,7 +16,21 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "progenax"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("_version", "_deprecation", "_types", "_fusion", "units", "validation", "sampling", "_sort", "_mesh")),
+    (
+        "core",
+        (
+            "_version",
+            "_deprecation",
+            "_types",
+            "_fusion",
+            "units",
+            "validation",
+            "sampling",
+            "_sort",
+            "_mesh",
+            "_compile",
+        ),
+    ),
     ("models, imf", ("models", "profiles", "kinematics", "imf")),
     ("neighbours", ("neighbours",)),
     ("diagnostics", ("diagnostics",)),

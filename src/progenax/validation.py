@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._compile import run_once_jit
 from ._types import Array, ArrayLike
 
 
@@ -124,7 +125,7 @@ def check_range(
     # the comparison built from it is traced (and under eager grad `x` is a
     # tracer while `bad` is concrete).
     if _is_concrete(bad):
-        if bool(jnp.any(bad)):
+        if bool(np.any(bad)):
             raise ValueError(f"{message}, got {_shown(x)}{note}")
         return x
     return error_if(x, jnp.any(bad), message + note)
@@ -138,8 +139,15 @@ def _range_violation(
     lower_inclusive: bool = False,
     upper_inclusive: bool = False,
 ) -> tuple[Array, str]:
-    """Elementwise 'out of range or not finite' and the message naming the range."""
-    bad = ~jnp.isfinite(x)
+    """Elementwise 'out of range or not finite' and the message naming the range.
+
+    A concrete `x` is tested in NumPy: each eager jnp comparison would compile
+    a one-op program (about 25 ms each, most of a builder's first call before
+    its own compile).
+    """
+    if _is_concrete(x):
+        x = np.asarray(x)
+    bad = ~np.isfinite(x) if isinstance(x, np.ndarray) else ~jnp.isfinite(x)
     parts = []
     if lower is not None:
         bad = bad | ((x < lower) if lower_inclusive else (x <= lower))
@@ -190,9 +198,8 @@ class ParameterChecks:
 
     def condition(self, bad: ArrayLike, message: str) -> None:
         """A relation between parameters: raise (eagerly) or record if `bad`."""
-        bad = jnp.asarray(bad)
         if _is_concrete(bad):
-            if bool(jnp.any(bad)):
+            if bool(np.any(bad)):
                 raise ValueError(message)
             return
         self._preds.append(jnp.any(bad))
@@ -354,18 +361,20 @@ def collecting_checks(fn):
 
 def deferred_checks(fn):
     """`equinox.filter_jit(fn)` whose traced checks (`error_if`, `check_range`) are
-    returned rather than compiled in, then raised by `raise_collected`."""
+    returned rather than compiled in, then raised by `raise_collected`; compiled
+    with the run-once options of `progenax._compile`."""
 
     def core(*args, **kwargs):
         # The messages are static: equinox returns them from the trace as they are.
         return collecting_checks(fn)(*args, **kwargs)
 
     core.__name__ = core.__qualname__ = fn.__name__  # the compiled program's name
-    core = eqx.filter_jit(core)
+
+    jitted = run_once_jit(core, filter=True)
 
     @functools.wraps(fn)
     def checked(*args, **kwargs):
-        out, preds, messages = core(*args, **kwargs)
+        out, preds, messages = jitted(*args, **kwargs)
         return raise_collected(out, preds, messages)
 
     return checked

@@ -9,9 +9,11 @@ output regenerates the file with
 
 and says so in the changelog. The test computes the hashes in a subprocess with
 XLA's default flags, as a user's program runs (the suite compiles with faster,
-test-only flags: tests/conftest.py). The hashes hold for this jax/XLA version on x86-64
-CPU in float64: a different XLA may round differently, which is why the jax
-version is stored beside them and a mismatch there skips rather than fails.
+test-only flags: tests/conftest.py); the builders are called eagerly, so they
+compile with the library's own run-once options (`progenax._compile`).
+The hashes hold for this jax/XLA version on x86-64 CPU in float64: a
+different XLA may round differently, which is why the jax version is stored
+beside them and a mismatch there skips rather than fails.
 """
 
 from __future__ import annotations

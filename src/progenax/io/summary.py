@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import run_once_jit
 from ..binaries import binding_energy_distribution
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
 from .gadget import is_gas
@@ -37,7 +37,7 @@ def _diagnostics(ic) -> dict[str, Any]:
     }
 
 
-@functools.partial(jax.jit, static_argnames=("method",))
+@functools.partial(run_once_jit, static_argnames=("method",))
 def _measures(positions, velocities, masses, weights, centre, G, method):
     """`_diagnostics`' sums, half-mass radius and Q in one program (eager, each
     operation would be a small program of its own to trace and look up)."""
