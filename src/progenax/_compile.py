@@ -5,18 +5,18 @@ time is most of what a user waits for. XLA's CPU backend has two ways to emit
 the code of a fused elementwise kernel: its newer MLIR fusion emitters (the
 default) and the older elemental emitters. A builder's program is hundreds of
 small kernels, and with the older emitters it compiles 25-35% faster for the
-same run time (measured on the project's 2-core machine at n = 1e5, with
-`benchmarks/builders.py --every-builder`: King 2.45 s -> 1.81 s, EFF 3.28 s ->
-2.22 s; and for the SPH density's gradient at 1e6, where the run time matters,
-0.745 s -> 0.666 s in 2D). So `compile_options()` asks for them on the CPU.
+same run time (the project's 2-core machine, n = 1e5, XLA compile alone: King
+2.45 s -> 1.81 s, EFF 3.28 s -> 2.22 s; with the flag set for a whole process,
+the SPH density's gradient at 1e6 in 2D ran in 0.666 s against 0.745 s). So
+`compile_options()` asks for them on the CPU.
 
-JAX takes compiler options only for a top-level `jax.jit`, so they are
-passed only when a builder is called outside any transformation (its first
-eager call, the command line): a builder called inside the user's `jax.jit`,
-`jax.grad` or `jax.vmap` compiles with what the user's program asks for. An XLA version without the option (it is a
-debug option and may go) is detected once by compiling a one-op program, and
-then nothing is passed. `PROGENAX_XLA_DEFAULTS=1` in the environment turns
-the options off (XLA's defaults everywhere).
+JAX takes compiler options only for a top-level `jax.jit`, so they are passed
+only when a builder is called outside any transformation (its first eager
+call, the command line): inside the user's `jax.jit`, `jax.grad` or
+`jax.vmap` it compiles with what the user's program asks for. An XLA without
+the option (a debug option, which may go) is detected once by compiling a
+one-op program, and then nothing is passed. `PROGENAX_XLA_DEFAULTS=1` in the
+environment turns the options off (XLA's defaults everywhere).
 """
 
 from __future__ import annotations

@@ -121,9 +121,7 @@ def check_range(
     """
     x = jnp.asarray(value, dtype=jnp.result_type(float))
     bad, message = _range_violation(name, x, lower, upper, lower_inclusive, upper_inclusive)
-    # Test `bad`, not `x`: under jit a closed-over constant `x` is concrete while
-    # the comparison built from it is traced (and under eager grad `x` is a
-    # tracer while `bad` is concrete).
+    # Test `bad`, not `x`: under eager grad `x` is a tracer while `bad` is concrete.
     if _is_concrete(bad):
         if bool(np.any(bad)):
             raise ValueError(f"{message}, got {_shown(x)}{note}")
@@ -145,9 +143,9 @@ def _range_violation(
     a one-op program (about 25 ms each, most of a builder's first call before
     its own compile).
     """
-    if _is_concrete(x):
-        x = np.asarray(x)
-    bad = ~np.isfinite(x) if isinstance(x, np.ndarray) else ~jnp.isfinite(x)
+    xp = np if _is_concrete(x) else jnp
+    x = xp.asarray(x)
+    bad = ~xp.isfinite(x)
     parts = []
     if lower is not None:
         bad = bad | ((x < lower) if lower_inclusive else (x <= lower))
