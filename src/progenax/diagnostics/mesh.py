@@ -82,7 +82,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.special import erf, erfc
 
 from .._types import Array, Masses, Positions, Scalar
@@ -160,38 +159,51 @@ def _kernel(r, r_s, coarse, with_coarse):
     return g - with_coarse * g_coarse
 
 
-def _tsc_window2(m: int):
-    """Squared TSC window (assignment and read-back) on a mesh of m cells per axis."""
+def _mesh_spectra(n_grid, split, dtype):
+    r"""The kernels' spectra on the zero-padded mesh of $m = 2 N_g$ cells, in
+    units of $1/H$, each deconvolved by the squared TSC window and weighted
+    for the half spectrum: (fine, coarse) for $\operatorname{erf}(r/2s)/r$ and
+    $\operatorname{erf}(r/4s)/r$ with $s$ = `split` cells.
 
-    def w(k):
-        x = np.pi * k / m
-        safe = np.where(k == 0, 1.0, x)
-        return np.where(k == 0, 1.0, np.sin(safe) / safe) ** 6
+    Cube k's kernel is $(\text{fine} - [k > 0]\,\text{coarse}) / H_k$: every
+    cube has the same mesh in units of its own spacing, and the coarser
+    cube's split scale is exactly twice its own, so two FFTs serve all levels.
+    The grids are built from iotas in the graph: as constants they would put
+    three $m^3$ tables into the program.
+    """
+    m = 2 * n_grid
+    i = jax.lax.iota(dtype, m)
+    d = jnp.minimum(i, m - i)  # distance in cells, periodic image of the padding
+    r = jnp.sqrt(d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2)
+    half = m // 2 + 1
 
-    kx = np.abs(np.fft.fftfreq(m, 1.0 / m))
-    kz = np.arange(m // 2 + 1)
-    return w(kx)[:, None, None] * w(kx)[None, :, None] * w(kz)[None, None, :]
+    def window(k):  # TSC window sinc^3, squared (assignment and read-back)
+        x = jnp.pi * k / m
+        return jnp.where(k == 0, 1.0, jnp.sin(x) / jnp.where(k == 0, 1.0, x)) ** 6
+
+    w_xy = window(jnp.minimum(i, m - i))
+    w_z = window(i[:half])
+    weight = jnp.where((i[:half] == 0) | (i[:half] == m // 2), 1.0, 2.0)  # interior planes twice
+    factor = (weight / w_z)[None, None, :] / (w_xy[:, None, None] * w_xy[None, :, None])
+    one = jnp.ones((), dtype)
+    fine = jnp.fft.rfftn(_kernel(r, split * one, one, 0.0)).real * factor
+    coarse = jnp.fft.rfftn(_kernel(r, 2.0 * split * one, one, 0.0)).real * factor
+    return fine, coarse
 
 
-def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse, with_coarse, n_grid):
+def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse, with_coarse, n_grid, spectra):
     r"""$\frac12\sum_{i \ne j} m_i m_j k(r_{ij})$ over the stars `on_mesh`, with
-    $k$ = `_kernel(r, r_s, coarse, with_coarse)`, on a zero-padded mesh (isolated)."""
+    $k$ = `_kernel(r, r_s, coarse, with_coarse)`, on a zero-padded mesh
+    (isolated); `spectra` from `_mesh_spectra`."""
     m_on = jnp.where(on_mesh, masses, 0.0)
     origin = centre - half - _MARGIN_CELLS * spacing
     x = jnp.where(on_mesh[:, None], positions, centre)
     rho = _assign(x, m_on, origin, spacing, n_grid)
     m = 2 * n_grid
     rho_hat = jnp.fft.rfftn(jnp.pad(rho, ((0, n_grid),) * 3))
-    d = np.minimum(np.arange(m), m - np.arange(m)).astype(np.float64)
-    r_grid = jnp.asarray(
-        np.sqrt(d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2), positions.dtype
-    )
-    k_hat = jnp.fft.rfftn(_kernel(spacing * r_grid, r_s, coarse, with_coarse)).real
-    weight = np.full(m // 2 + 1, 2.0)  # half spectrum: interior planes twice
-    weight[0] = weight[-1] = 1.0
-    factor = jnp.asarray(weight[None, None, :] / _tsc_window2(m), positions.dtype)
+    fine, coarse_spectrum = spectra
     power = rho_hat.real**2 + rho_hat.imag**2
-    total = jnp.sum(power * k_hat * factor) / m**3
+    total = (jnp.sum(power * fine) - with_coarse * jnp.sum(power * coarse_spectrum)) / (spacing * m**3)
     self_term = _kernel(jnp.zeros((), positions.dtype), r_s, coarse, with_coarse)
     return 0.5 * total - 0.5 * self_term * jnp.sum(m_on**2)
 
@@ -267,6 +279,7 @@ def _outside(positions, masses, inside):
 def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnose=False):
     lv = _Levels(positions, n_levels, n_grid, split, cutoff, quantile)
     dtype = positions.dtype
+    spectra = _mesh_spectra(n_grid, split, dtype)
     ks = jnp.arange(n_levels)
     per_level = (
         ks,
@@ -284,7 +297,9 @@ def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnos
         # meshes and the cell list are compiled once.
         k, half, spacing, r_s, coarse, with_coarse, next_half, reach = xs
         on_mesh = lv.level >= k
-        u_mesh = _mesh_energy(positions, masses, on_mesh, lv.centre, half, spacing, r_s, coarse, with_coarse, n_grid)
+        u_mesh = _mesh_energy(
+            positions, masses, on_mesh, lv.centre, half, spacing, r_s, coarse, with_coarse, n_grid, spectra
+        )
         own = lv.level == k
         # Deeper stars within reach of the next cube's faces pair with this level's.
         take = own | ((lv.level > k) & (lv.dist > jax.lax.stop_gradient(next_half - reach)))
