@@ -11,9 +11,12 @@ and says so in the changelog. The test computes the hashes in a subprocess with
 XLA's default flags, as a user's program runs (the suite compiles with faster,
 test-only flags: tests/conftest.py); the builders are called eagerly, so they
 compile with the library's own run-once options (`progenax._compile`).
-The hashes hold for this jax/XLA version on x86-64 CPU in float64: a
-different XLA may round differently, which is why the jax version is stored
-beside them and a mismatch there skips rather than fails.
+The hashes hold for one jax/XLA version and one kind of CPU in float64: XLA
+compiles for the host's instruction set (AVX2 or AVX-512, FMA, the vendor's
+tuning), which changes the last bit of reductions and transcendentals. So the
+file keeps one set of hashes per CPU signature (`cpu_signature()`), `--record`
+writes this machine's set beside the others, and a machine with none recorded,
+or another jax version, skips rather than fails.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import hashlib
 import json
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 
@@ -69,6 +73,23 @@ def output_hash(name: str, key: int) -> str:
     return _digest(s.positions, s.velocities, s.masses, ic.weights)
 
 
+def cpu_signature() -> str:
+    """The machine, its CPU vendor and the vector extensions XLA compiles for,
+    e.g. "x86_64 AuthenticAMD avx2 fma"."""
+    vendor, flags = "", set()
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id":
+                vendor = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    isa = next((f for f in ("avx512f", "avx2", "avx") if f in flags), "")
+    return " ".join(part for part in (platform.machine(), vendor, isa, "fma" if "fma" in flags else "") if part)
+
+
 def _recorded() -> dict:
     return json.loads(FIXTURE.read_text())
 
@@ -106,7 +127,10 @@ def recorded() -> dict:
     recorded = _recorded()
     if recorded["jax"] != jax.__version__:
         pytest.skip(f"hashes recorded with jax {recorded['jax']}, running {jax.__version__}")
-    return recorded["hashes"]
+    signature = cpu_signature()
+    if signature not in recorded["hashes"]:
+        pytest.skip(f"no hashes recorded for this CPU ({signature}): run {FIXTURE.name}'s --record here")
+    return recorded["hashes"][signature]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -121,9 +145,14 @@ def test_gas_cloud_output_is_bit_identical(computed, recorded):
 
 
 def record() -> None:
-    hashes = compute_all()
-    FIXTURE.write_text(json.dumps({"jax": jax.__version__, "n": N, "hashes": hashes}, indent=1) + "\n")
-    print(f"wrote {FIXTURE}")
+    """This CPU's hashes, beside the other CPUs' (all dropped with a new jax)."""
+    previous = _recorded() if FIXTURE.exists() else {}
+    by_cpu = previous.get("hashes", {}) if previous.get("jax") == jax.__version__ else {}
+    # (entries without "gravoturb_cloud" are the one-CPU format of before: dropped)
+    by_cpu = {k: v for k, v in by_cpu.items() if k != cpu_signature() and "gravoturb_cloud" in v}
+    by_cpu[cpu_signature()] = compute_all()
+    FIXTURE.write_text(json.dumps({"jax": jax.__version__, "n": N, "hashes": by_cpu}, indent=1) + "\n")
+    print(f"wrote {FIXTURE} for {cpu_signature()}")
 
 
 if __name__ == "__main__" and "--record" in sys.argv:
