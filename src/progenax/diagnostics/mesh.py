@@ -70,7 +70,8 @@ agree with central differences of the estimate to 1e-5. `fractal_builder(n=30_00
 exact Q of 0.49991 (key 0) and 0.49989 (key 1), against 0.363 with the
 spherical estimate.
 
-**Cost.** K real FFTs of $(2N_g)^3$, K TSC scatters of 27 n, and K pair sums
+**Cost.** K + 2 real FFTs of $(2N_g)^3$ (one per cube, and two for the
+kernels, shared by all cubes), K TSC scatters of 27 n, and K pair sums
 whose work grows with the clumpiness of the cluster at each level's scale
 (`benchmarks/builders.py --fractal-only` prints the times). Memory is O(n +
 N_g^3).
