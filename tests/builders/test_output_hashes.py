@@ -147,12 +147,11 @@ def test_gas_cloud_output_is_bit_identical(computed, recorded):
 def record() -> None:
     """This CPU's hashes, beside the other CPUs' (all dropped with a new jax)."""
     previous = _recorded() if FIXTURE.exists() else {}
-    by_cpu = previous.get("hashes", {}) if previous.get("jax") == jax.__version__ else {}
-    # (entries without "gravoturb_cloud" are the one-CPU format of before: dropped)
-    by_cpu = {k: v for k, v in by_cpu.items() if k != cpu_signature() and "gravoturb_cloud" in v}
-    by_cpu[cpu_signature()] = compute_all()
+    by_cpu = previous["hashes"] if previous.get("jax") == jax.__version__ else {}
+    signature = cpu_signature()
+    by_cpu[signature] = compute_all()
     FIXTURE.write_text(json.dumps({"jax": jax.__version__, "n": N, "hashes": by_cpu}, indent=1) + "\n")
-    print(f"wrote {FIXTURE} for {cpu_signature()}")
+    print(f"wrote {FIXTURE} for {signature}")
 
 
 if __name__ == "__main__" and "--record" in sys.argv:

@@ -151,13 +151,16 @@ def _assign(positions, weights, origin, spacing, n_grid):
     return grid.reshape(n_grid, n_grid, n_grid)
 
 
-def _kernel(r, r_s, coarse, with_coarse):
-    """erf(r/2 r_s)/r minus `with_coarse` (0 or 1) times erf(r/2 coarse)/r; finite at r = 0."""
+def _erf_over_r(r, r_s):
+    """erf(r/2 r_s)/r, finite at r = 0 (1 / (sqrt(pi) r_s))."""
     pos = r > 0
     rr = jnp.where(pos, r, 1.0)
-    g = jnp.where(pos, erf(rr / (2.0 * r_s)) / rr, 1.0 / (_SQRT_PI * r_s))
-    g_coarse = jnp.where(pos, erf(rr / (2.0 * coarse)) / rr, 1.0 / (_SQRT_PI * coarse))
-    return g - with_coarse * g_coarse
+    return jnp.where(pos, erf(rr / (2.0 * r_s)) / rr, 1.0 / (_SQRT_PI * r_s))
+
+
+def _kernel(r, r_s, coarse, with_coarse):
+    """erf(r/2 r_s)/r minus `with_coarse` (0 or 1) times erf(r/2 coarse)/r; finite at r = 0."""
+    return _erf_over_r(r, r_s) - with_coarse * _erf_over_r(r, coarse)
 
 
 def _mesh_spectra(n_grid, split, dtype):
@@ -182,13 +185,12 @@ def _mesh_spectra(n_grid, split, dtype):
         x = jnp.pi * k / m
         return jnp.where(k == 0, 1.0, jnp.sin(x) / jnp.where(k == 0, 1.0, x)) ** 6
 
-    w_xy = window(jnp.minimum(i, m - i))
+    w_xy = window(d)
     w_z = window(i[:half])
     weight = jnp.where((i[:half] == 0) | (i[:half] == m // 2), 1.0, 2.0)  # interior planes twice
     factor = (weight / w_z)[None, None, :] / (w_xy[:, None, None] * w_xy[None, :, None])
-    one = jnp.ones((), dtype)
-    fine = jnp.fft.rfftn(_kernel(r, split * one, one, 0.0)).real * factor
-    coarse = jnp.fft.rfftn(_kernel(r, 2.0 * split * one, one, 0.0)).real * factor
+    fine = jnp.fft.rfftn(_erf_over_r(r, split)).real * factor
+    coarse = jnp.fft.rfftn(_erf_over_r(r, 2.0 * split)).real * factor
     return fine, coarse
 
 
@@ -238,13 +240,12 @@ def _pairs(positions, masses, own, r_s, reach):
     $e^{\mathrm{own}}_i$ the same over the own ones. Differentiable in the
     positions, masses and r_s through the engine's reverse pass; the reach
     only decides which candidates are listed."""
-    layout = _LAYOUT
     cells = build_cell_list(
         jax.lax.stop_gradient(positions),
         jax.lax.stop_gradient(reach),
-        cells_per_reach=layout.cells_per_reach,
-        x_cells_per_reach=layout.x_cells_per_reach,
-        chunk=layout.chunk,
+        cells_per_reach=_LAYOUT.cells_per_reach,
+        x_cells_per_reach=_LAYOUT.x_cells_per_reach,
+        chunk=_LAYOUT.chunk,
     )
     own_f = own.astype(positions.dtype)
     sums = _short_sum(cells, {"x": positions, "m": masses, "own": own_f, "r_s": r_s})
@@ -314,12 +315,11 @@ def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnos
         u_pairs = _pairs(x, jnp.where(take, masses, 0.0), own, r_s, reach)
         out = (u_mesh, u_pairs)
         if diagnose:
-            layout = _LAYOUT
             cells = build_cell_list(
                 jax.lax.stop_gradient(x),
                 reach,
-                cells_per_reach=layout.cells_per_reach,
-                x_cells_per_reach=layout.x_cells_per_reach,
+                cells_per_reach=_LAYOUT.cells_per_reach,
+                x_cells_per_reach=_LAYOUT.x_cells_per_reach,
             )
             out += (jnp.sum(candidate_counts(cells)),)
         return total + u_mesh + u_pairs, out
