@@ -129,6 +129,23 @@ def check_range(
     return error_if(x, jnp.any(bad), message + note)
 
 
+def check_static_range(
+    name: str,
+    value: float,
+    *,
+    lower: float | None = None,
+    upper: float | None = None,
+    lower_inclusive: bool = False,
+    upper_inclusive: bool = False,
+) -> float:
+    """`check_range` for a static number (a Python or NumPy scalar, never traced):
+    checked in NumPy and returned as a Python float, so that it stays static."""
+    bad, message = _range_violation(name, np.float64(value), lower, upper, lower_inclusive, upper_inclusive)
+    if bool(bad):
+        raise ValueError(f"{message}, got {float(value)!r}")
+    return float(value)
+
+
 def _range_violation(
     name: str,
     x: Array,

@@ -135,6 +135,8 @@ def recorded() -> dict:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_builder_output_is_bit_identical(name, computed, recorded):
+    if name not in recorded:  # a builder whose output changed on purpose, not yet recorded on this CPU
+        pytest.skip(f"no {name} hashes recorded for this CPU: run {FIXTURE.name}'s --record here")
     for key in KEYS:
         assert computed[name][str(key)] == recorded[name][str(key)], (name, key)
 

@@ -146,8 +146,7 @@ def build_model_cluster(
     """Validate the model's parameters against its declared supports, then build
     (and drop the absent companions of an eager hard-mode binary build); over
     `mesh`'s devices when one is given (`progenax.builders.sharded`)."""
-    fixed = {name: jnp.asarray(value, common.r_h.dtype) for name, value in model_cls.FIXED.items()}
-    values = {**model_cls.checked(common.checks, **parameters), **fixed}
+    values = model_cls.checked(common.checks, **parameters)
     S, T = check_segregation_arguments(common.checks, segregation, temperature)
     k, L0 = check_rotation_arguments(common.checks, rotation, rotation_scale)
     binaries = check_binaries(binaries)

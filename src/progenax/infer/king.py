@@ -37,9 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import gammainc
 
 from .._types import Array, ArrayLike
+from ..kinematics.king_df import mean_square_speed, regularized_lower_gamma
 from ..models import King
 from ..profiles.king import W0_MAX, king_density_of_W, king_potential, king_velocity_scale_squared, solve_king_profile
 from ..sampling import safe_norm
@@ -183,7 +183,7 @@ def _king_velocity_logpdf(v: Array, W: Array, s: Array) -> Array:
         jnp.log(jnp.expm1(e_safe))
         - 1.5 * np.log(2.0 * np.pi)
         - W_safe
-        - jnp.log(gammainc(2.5, W_safe))
+        - jnp.log(regularized_lower_gamma(2.5, W_safe))
         - 3.0 * jnp.log(s)
     )
     return jnp.where(ok, value, -jnp.inf)
@@ -219,7 +219,7 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
                 v2 = jnp.sum(v2, axis=-1)
                 v2_moment = v2
             W_safe = jnp.maximum(W, 1e-12)
-            ms = 3.0 * gammainc(3.5, W_safe) / gammainc(2.5, W_safe)  # <v^2> / s^2
+            ms = mean_square_speed(W_safe, 1.0)  # <v^2> / s^2
             Q = jnp.maximum(jnp.mean(v2_moment / (2.0 * ms * s1)), 1.1 * jnp.max(v2 / (4.0 * W_safe * s1)))
         log_l = king_log_likelihood(
             data, r_h, 2.3, Q, W0, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk, num_points=num_points

@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammainc, logsumexp
+from jax.scipy.special import logsumexp
 
 from .._types import Array, ArrayLike
+from ..kinematics.king_df import regularized_lower_gamma
 from ..profiles.plummer import plummer_escape_speed_squared
 from .likelihoods import _log_edge_factor, depth_integral
 
@@ -71,7 +72,7 @@ def king_los_logpdf(v_los: ArrayLike, W: ArrayLike, s: ArrayLike) -> Array:
     tail = jnp.where(small, 0.5 * e_safe**2 * (1.0 + e_safe / 3.0 + e_safe**2 / 12.0), jnp.expm1(e_safe) - e_safe)
     W_pos = W > 0
     W_safe = jnp.where(W_pos, W, 1.0)
-    log_norm = 0.5 * np.log(2.0 * np.pi) + W_safe + jnp.log(gammainc(2.5, W_safe)) + jnp.log(s)
+    log_norm = 0.5 * np.log(2.0 * np.pi) + W_safe + jnp.log(regularized_lower_gamma(2.5, W_safe)) + jnp.log(s)
     value = jnp.log(jnp.where(inside, tail, 1.0)) - log_norm
     return jnp.where(inside & W_pos, value, -jnp.inf)
 

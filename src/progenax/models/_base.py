@@ -129,8 +129,6 @@ class AbstractClusterModel(eqx.Module):
     DEFAULT_Q: ClassVar[float | None] = 0.5
     """The virial ratio the command line scales to by default (None: the DF's own
     equilibrium velocities, for models sampled from their DF without rescaling)."""
-    FIXED: ClassVar[dict[str, float]] = {}
-    """Constructor arguments held fixed (not parameters), passed by builders as arrays."""
     CENTRE_POSITIONS: ClassVar[bool] = True
     """Whether builders move positions to the centre of mass (False for models
     whose centre of mass has a heavy-tailed scatter: they stay about the model

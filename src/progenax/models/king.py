@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+import equinox as eqx
 import jax
 
 from .._types import Array
@@ -31,9 +32,11 @@ class King(LoweredIsothermal):
         for p in LoweredIsothermal.PARAMETERS
         if p.name not in ("g", "ra")
     )
-    # g enters a compiled builder as an input array, as in 0.1.0 (a constant 1
-    # lets XLA fold it and changes the last bits of the output).
-    FIXED: ClassVar[dict[str, float]] = {"g": 1.0}
+
+    g: float = eqx.field(static=True)
+    """Always 1, held static: every P(a, x) of the model then takes its closed
+    form (`progenax.kinematics.king_df.regularized_lower_gamma`), which compiles
+    in a fraction of `gammainc`'s time."""
 
     def __init__(
         self,
@@ -47,9 +50,11 @@ class King(LoweredIsothermal):
         g=1.0,
         solve=True,
     ):
-        # g is always 1 (see FIXED); it is an argument only to enter as an array.
-        if not isinstance(g, jax.core.Tracer) and float(g) != 1.0:
-            raise ValueError(f"King is the g = 1 model; for g = {float(g)} use LoweredIsothermal")
+        # g is always 1; the argument is kept for callers that name it.
+        if isinstance(g, jax.core.Tracer) or float(g) != 1.0:
+            raise ValueError(
+                f"King is the g = 1 model (a static 1); for any other g use LoweredIsothermal, got g = {g}"
+            )
         super().__init__(
             W0,
             g,
@@ -61,6 +66,10 @@ class King(LoweredIsothermal):
             speed_table_size=speed_table_size,
             solve=solve,
         )
+
+    @staticmethod
+    def _held_g(g, dtype):
+        return 1.0
 
     def record(self) -> dict[str, Array]:
         return {k: v for k, v in super().record().items() if k != "g"}

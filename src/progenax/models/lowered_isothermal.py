@@ -113,12 +113,17 @@ class LoweredIsothermal(AbstractClusterModel):
         self.r_h = _as_float(r_h)
         dtype = self.r_h.dtype
         self.W0 = jnp.asarray(W0).astype(dtype)
-        self.g = jnp.asarray(g).astype(dtype)
+        self.g = self._held_g(g, dtype)
         self.ra = None if ra is None else jnp.asarray(ra).astype(dtype)
         self.total_mass = jnp.asarray(total_mass)
         self.G = G
         self.profile_points, self.speed_table_size = int(profile_points), int(speed_table_size)
         self.profile = self.solve() if solve else None
+
+    @staticmethod
+    def _held_g(g, dtype):
+        """g as the model holds it: a float array of r_h's dtype (differentiable)."""
+        return jnp.asarray(g).astype(dtype)
 
     @classmethod
     def from_record(cls, params: dict[str, Any], total_mass=None, G: float = G_PHYSICAL):
