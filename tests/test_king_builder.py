@@ -421,4 +421,5 @@ def test_king_builder_has_no_incomplete_gamma_op():
         return str(jax.make_jaxpr(lambda key: build(key).state.positions)(jax.random.PRNGKey(0)))
 
     assert "igamma" not in ops(lambda key: king_builder(key, n=64, W0=6.0))
+    assert "igamma" not in ops(lambda key: king_builder(key, n=64, W0=6.0, mass_bins=2))
     assert "igamma" in ops(lambda key: limepy_builder(key, n=64, W0=6.0, g=1.5))  # the check can fail

@@ -90,9 +90,18 @@ def solve_increasing(
         w = jnp.clip(safe_divide(t - fa, fb - fa), 0.0, 1.0)
         return a + w * (b - a)
 
+    # The iteration sees F with its traced constants cut from differentiation:
+    # its own derivative is discarded (the implicit-function rule supplies it),
+    # and a rolled loop would otherwise carry tangents through every step.
+    F_closed, consts = jax.closure_convert(F, lo)
+    frozen = [jax.lax.stop_gradient(c) for c in consts]
+
+    def F_frozen(x):
+        return F_closed(x, *frozen)
+
     def step(carry, _):
         x, a, fa, b, fb = carry
-        f, df = _value_and_slope(F, x)
+        f, df = _value_and_slope(F_frozen, x)
         below = f < t
         a, fa = jnp.where(below, x, a), jnp.where(below, f, fa)
         b, fb = jnp.where(below, b, x), jnp.where(below, fb, f)
@@ -113,10 +122,7 @@ def solve_increasing(
     (root, *_), _ = jax.lax.scan(
         step, init, None, length=num_steps, unroll=(num_steps <= 8) if unroll is None else unroll
     )
-    # The iteration's own derivative is discarded (and dead-code eliminated);
-    # the implicit-function rule supplies it instead.
     root = jax.lax.stop_gradient(root)
-    F_closed, consts = jax.closure_convert(F, root)
     return _implicit_root(F_closed, root, target, *consts)
 
 

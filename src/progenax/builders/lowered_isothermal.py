@@ -63,7 +63,8 @@ def _lowered_isothermal_multimass(
 ):
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     dtype = r_h.dtype
-    W0, g, delta = W0.astype(dtype), g.astype(dtype), delta.astype(dtype)
+    W0, delta = W0.astype(dtype), delta.astype(dtype)
+    g = g if isinstance(g, float) else g.astype(dtype)
     dist = resolve_imf(imf, alpha)
     # The same draws as `sample_masses` (PowerLawIMF.sample = icdf(uniform)); the
     # bin of a star is fixed by its uniform variate (equal expected numbers per
@@ -179,7 +180,7 @@ def _build(
         as_key(key),
         c.n,
         values["W0"],
-        values["g"],
+        model.held_g(values["g"], c.r_h.dtype),  # King's static 1: closed-form P(a, x)
         delta,
         c.r_h,
         c.alpha,

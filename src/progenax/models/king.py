@@ -68,7 +68,7 @@ class King(LoweredIsothermal):
         )
 
     @staticmethod
-    def _held_g(g, dtype):
+    def held_g(g, dtype):
         return 1.0
 
     def record(self) -> dict[str, Array]:

@@ -113,7 +113,7 @@ class LoweredIsothermal(AbstractClusterModel):
         self.r_h = _as_float(r_h)
         dtype = self.r_h.dtype
         self.W0 = jnp.asarray(W0).astype(dtype)
-        self.g = self._held_g(g, dtype)
+        self.g = self.held_g(g, dtype)
         self.ra = None if ra is None else jnp.asarray(ra).astype(dtype)
         self.total_mass = jnp.asarray(total_mass)
         self.G = G
@@ -121,8 +121,9 @@ class LoweredIsothermal(AbstractClusterModel):
         self.profile = self.solve() if solve else None
 
     @staticmethod
-    def _held_g(g, dtype):
-        """g as the model holds it: a float array of r_h's dtype (differentiable)."""
+    def held_g(g, dtype):
+        """g as the model (and the multi-mass builder) holds it: a float array of
+        `dtype` (differentiable); `King` holds a static 1."""
         return jnp.asarray(g).astype(dtype)
 
     @classmethod

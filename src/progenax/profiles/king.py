@@ -542,14 +542,15 @@ def solve_multimass_king_profile(
     """
     num_iterations = check_static_int("num_iterations", num_iterations, 1)
     W0 = check_range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
-    g = check_range("g", g, lower=0.0, upper=G_MAX, lower_inclusive=True)
+    g = checked_g(g)
     delta = check_range("delta", delta, lower=0.0, lower_inclusive=True)
     m_j = check_range("m_j", m_j, lower=0.0)
     M_j = check_range("M_j", M_j, lower=0.0, lower_inclusive=True)
     if m_j.ndim != 1 or m_j.shape != M_j.shape:
         raise ValueError(f"m_j and M_j must be 1-D of the same length, got {m_j.shape} and {M_j.shape}")
     dtype = jnp.result_type(W0, g, m_j)
-    W0, g, delta, m_j, M_j = (x.astype(dtype) for x in (W0, g, delta, m_j, M_j))
+    W0, delta, m_j, M_j = (x.astype(dtype) for x in (W0, delta, m_j, M_j))
+    g = g if isinstance(g, float) else g.astype(dtype)
     target = M_j / jnp.sum(M_j)
     m_mean = jnp.sum(M_j) / jnp.sum(M_j / m_j)
     b = (m_j / m_mean) ** (2.0 * delta)
