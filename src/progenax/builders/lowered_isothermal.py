@@ -27,7 +27,7 @@ from .._fusion import materialize
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..imf import PowerLawIMF
-from ..kinematics.king_df import sample_speed_fraction, speed_table
+from ..kinematics.king_df import sample_speed_fraction, speed_table, static_or_array
 from ..models import King, LoweredIsothermal, RecordedModel
 from ..profiles.king import king_velocity_scale_squared, multimass_sample_radii, solve_multimass_king_profile
 from ..sampling import isotropic_directions, uniform_open
@@ -63,8 +63,7 @@ def _lowered_isothermal_multimass(
 ):
     k_m, k_r, k_rdir, k_v, k_vdir = jax.random.split(key, 5)
     dtype = r_h.dtype
-    W0, delta = W0.astype(dtype), delta.astype(dtype)
-    g = g if isinstance(g, float) else g.astype(dtype)
+    W0, g, delta = W0.astype(dtype), static_or_array(g, dtype), delta.astype(dtype)
     dist = resolve_imf(imf, alpha)
     # The same draws as `sample_masses` (PowerLawIMF.sample = icdf(uniform)); the
     # bin of a star is fixed by its uniform variate (equal expected numbers per

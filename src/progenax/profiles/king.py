@@ -89,7 +89,13 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from .._types import Array, ArrayLike
-from ..kinematics.king_df import anisotropic_moments, kummer_1f1_neg, regularized_lower_gamma, static_order
+from ..kinematics.king_df import (
+    anisotropic_moments,
+    kummer_1f1_neg,
+    regularized_lower_gamma,
+    static_or_array,
+    static_order,
+)
 from ..sampling import safe_divide, solve_increasing
 from ..validation import check_range, check_static_int, check_static_range, error_if
 from .ode import integrate_on_grid
@@ -217,7 +223,7 @@ def solve_king_profile(
     if ra is not None:
         ra = check_range("ra", ra, lower=0.0)
     dtype = jnp.result_type(W0, g) if ra is None else jnp.result_type(W0, g, ra)
-    W0, g = W0.astype(dtype), g if isinstance(g, float) else g.astype(dtype)
+    W0, g = W0.astype(dtype), static_or_array(g, dtype)
     inv_ra2 = None if ra is None else 1.0 / ra.astype(dtype) ** 2
 
     s_grid = jnp.linspace(np.log(_R_MIN), np.log(r_max), num_points - 1, dtype=dtype)
@@ -550,7 +556,7 @@ def solve_multimass_king_profile(
         raise ValueError(f"m_j and M_j must be 1-D of the same length, got {m_j.shape} and {M_j.shape}")
     dtype = jnp.result_type(W0, g, m_j)
     W0, delta, m_j, M_j = (x.astype(dtype) for x in (W0, delta, m_j, M_j))
-    g = g if isinstance(g, float) else g.astype(dtype)
+    g = static_or_array(g, dtype)
     target = M_j / jnp.sum(M_j)
     m_mean = jnp.sum(M_j) / jnp.sum(M_j / m_j)
     b = (m_j / m_mean) ** (2.0 * delta)
