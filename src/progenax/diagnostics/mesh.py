@@ -54,13 +54,13 @@ keeps a builder's r_h gradient consistent. Fixed shapes, jit-able; the pair
 loop's trip count is data-sized inside the graph (see `progenax.neighbours.cells`).
 
 **Accuracy** (float64, against the exact pair sum; fractal = `fractal_builder`
-D = 1.6, Plummer = `plummer_builder`, Kroupa IMF):
+D = 1.6, Plummer = `plummer_builder`, Kroupa IMF, key 0; measured 2026-12-03):
 
 | n | fractal D = 1.6 | Plummer |
 |---|---|---|
-| 2,000 | -0.06% | |
-| 20,000 | -0.06% | -0.002% |
-| 100,000 | -0.03% | |
+| 2,000 | -0.15% | |
+| 20,000 | -0.10% | -0.003% |
+| 100,000 | -0.09% | |
 
 Gradient against the exact one at n = 2000 (fractal): 1.1% in norm for the
 positions (P3M forces carry errors star by star, and the few stars that set
