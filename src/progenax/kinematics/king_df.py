@@ -92,12 +92,16 @@ def static_order(a) -> np.ndarray | None:
     return values if bool(np.all(ok)) else None
 
 
+def static_scalar(g: ArrayLike) -> float | None:
+    """A scalar static order parameter (`static_order`) as a Python float; else None."""
+    return float(g) if np.ndim(g) == 0 and static_order(g) is not None else None
+
+
 def static_or_array(g: ArrayLike, dtype) -> Array | float:
-    """A scalar static order parameter (`static_order`) as a Python float, so that it
+    """A scalar static order parameter as a Python float (`static_scalar`), so that it
     stays static; anything else as an array of `dtype`."""
-    if np.ndim(g) == 0 and static_order(g) is not None:
-        return float(g)
-    return jnp.asarray(g).astype(dtype)
+    static = static_scalar(g)
+    return jnp.asarray(g).astype(dtype) if static is None else static
 
 
 def _closed_form_lower_gamma(a: np.ndarray, x: Array) -> Array:
@@ -190,8 +194,9 @@ def _orders(g: ArrayLike, offsets: tuple[float, ...], ndim: int) -> Array | np.n
     P(a, x) call site for all of them against x of `ndim` axes), static when g is
     (`static_order`)."""
     shape = (len(offsets),) + (1,) * ndim
-    if static_order(g) is not None:
-        return (float(g) + np.asarray(offsets)).reshape(shape)
+    static = static_scalar(g)
+    if static is not None:
+        return (static + np.asarray(offsets)).reshape(shape)
     g = jnp.asarray(g)
     return (g + jnp.asarray(offsets, g.dtype)).reshape(shape)
 

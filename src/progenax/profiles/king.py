@@ -94,7 +94,7 @@ from ..kinematics.king_df import (
     kummer_1f1_neg,
     regularized_lower_gamma,
     static_or_array,
-    static_order,
+    static_scalar,
 )
 from ..sampling import safe_divide, solve_increasing
 from ..validation import check_range, check_static_int, check_static_range, error_if
@@ -185,8 +185,9 @@ def checked_g(g: ArrayLike) -> Array | float:
     the model takes its closed forms (`regularized_lower_gamma`); any other g is a
     float array (differentiable)."""
     bounds = dict(lower=0.0, upper=G_MAX, lower_inclusive=True)
-    if np.ndim(g) == 0 and static_order(g) is not None:
-        return check_static_range("g", g, **bounds)
+    static = static_scalar(g)
+    if static is not None:
+        return check_static_range("g", static, **bounds)
     return check_range("g", g, **bounds)
 
 
