@@ -141,16 +141,22 @@ def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, gro
             valid = slot < total[:, None]
             j = jnp.where(valid, j, self_index[:, None])
             to_i, to_j, to_all = terms(rows, j, valid)
-            local = tuple(a + jnp.sum(t, axis=1) for a, t in zip(local, to_i))
+            local = tuple(a + t for a, t in zip(local, to_i))
             if to_j:
                 target = (j if source is None else source[j]).reshape(-1)
                 scattered = tuple(a.at[target].add(t.reshape(-1)) for a, t in zip(scattered, to_j))
             summed = tuple(a + t for a, t in zip(summed, to_all))
             return c + 1, local, scattered, summed
 
-        local0 = tuple(jnp.zeros(size, a.dtype) for a in gathered)
+        # The gathered parts accumulate lane by lane, (M, C), and are summed
+        # over the lanes once after the loop: a lane sum every step made XLA
+        # emit one reduction per component, each recomputing the pair code
+        # (a 3-component pair sum cost 3x a 1-component one).
+        probe = jax.eval_shape(terms, rows, jnp.zeros((size, chunk), jnp.int32), jnp.zeros((size, chunk), bool))
+        local0 = tuple(jnp.zeros(t.shape, a.dtype) for a, t in zip(gathered, probe[0]))
         state = (jnp.int32(0), local0, scattered, summed)
         _, local, scattered, summed = jax.lax.while_loop(lambda s: s[0] < n_steps, body, state)
+        local = tuple(jnp.sum(a, axis=1) for a in local)
         target = jax.lax.dynamic_slice(targets, (g * size,), (size,))
         gathered = tuple(a.at[target].set(v, mode="drop") for a, v in zip(gathered, local))
         return gathered, scattered, summed
