@@ -213,14 +213,14 @@ def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse,
 
 # -- short range: a pair function on the neighbour engine ----------------------------
 def _short_pair(a_i, a_j, dx):
-    r"""$m_j \phi(r_{ij})$ with $\phi = \operatorname{erfc}(r / 2 r_s) / r$, over
-    every candidate and over the `own` ones; 0 for the self pair and
-    coincident stars (gradient-safe)."""
+    r"""$w_j \operatorname{erfc}(r\,c) / r$ with $c = 1 / 2 r_s$ (a shared
+    scalar, so that a pair costs no division by it) and $w_j$ the candidate's
+    pair weight (`_pairs`); 0 for the self pair and coincident stars
+    (gradient-safe)."""
     r = safe_distance(dx)
     use = r > 0
     rr = jnp.where(use, r, 1.0)
-    phi = jnp.where(use, a_j["m"] * erfc(rr / (2.0 * a_i["r_s"])) / rr, 0.0)
-    return (phi, a_j["own"] * phi), None
+    return (jnp.where(use, a_j["w"] * erfc(rr * a_i["c"]) / rr, 0.0),), None
 
 
 # The 3D cells with 32 workload groups, not 8: a clumpy cluster's candidate
@@ -235,11 +235,11 @@ _short_sum = make_pair_sum(_short_pair, _LAYOUT)
 
 def _pairs(positions, masses, own, r_s, reach):
     r"""$\sum m_i m_j \phi(r_{ij})$ over candidate pairs with at least one `own`
-    star, each pair once: $\sum_i m_i [\mathrm{own}_i] (e_i - \frac12 e^{\mathrm{own}}_i)$
-    with $e_i = \sum_j m_j \phi(r_{ij})$ over i's candidates and
-    $e^{\mathrm{own}}_i$ the same over the own ones. Differentiable in the
-    positions, masses and r_s through the engine's reverse pass; the reach
-    only decides which candidates are listed."""
+    star, each pair once: $\sum_i m_i [\mathrm{own}_i] e_i$ with
+    $e_i = \sum_j m_j (1 - \frac12 [\mathrm{own}_j]) \phi(r_{ij})$ over i's
+    candidates (a pair of two own stars is met from both ends, so each end
+    takes half). Differentiable in the positions, masses and r_s through the
+    engine's reverse pass; the reach only decides which candidates are listed."""
     cells = build_cell_list(
         jax.lax.stop_gradient(positions),
         jax.lax.stop_gradient(reach),
@@ -248,8 +248,9 @@ def _pairs(positions, masses, own, r_s, reach):
         chunk=_LAYOUT.chunk,
     )
     own_f = own.astype(positions.dtype)
-    sums = _short_sum(cells, {"x": positions, "m": masses, "own": own_f, "r_s": r_s})
-    return jnp.sum(own_f * masses * (sums[:, 0] - 0.5 * sums[:, 1]))
+    weight = masses * (1.0 - 0.5 * own_f)
+    sums = _short_sum(cells, {"x": positions, "w": weight, "c": 0.5 / r_s})
+    return jnp.sum(own_f * masses * sums[:, 0])
 
 
 def _park(positions, take, centre, half, reach):

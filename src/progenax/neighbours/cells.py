@@ -353,5 +353,7 @@ def slots_per_particle(cells: CellList, chunk: int, groups: int = 8) -> Array:
     counts = candidate_counts(cells)[cells.by_workload]
     size = -(-n // groups)
     bounds = [min(g * size, n) for g in range(groups + 1)]
-    slots = [(hi - lo) * (-(-jnp.max(counts[lo:hi]) // chunk) * chunk) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    # The last groups are empty when `groups` does not divide n (as in `engine.fold`).
+    pairs = [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    slots = [(hi - lo) * (-(-jnp.max(counts[lo:hi]) // chunk) * chunk) for lo, hi in pairs]
     return sum(slots) / n
