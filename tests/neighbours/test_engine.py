@@ -13,7 +13,9 @@ import pytest
 from progenax.neighbours import (
     BAND_GROUPS,
     LAYOUTS,
+    MAX_GROUP_SIZE,
     build_cell_list,
+    group_count,
     layout_for,
     make_pair_sum,
     minimum_image,
@@ -162,6 +164,28 @@ def test_only_wanted_cotangents_and_float32(data):
     assert out.dtype == jnp.float32
     # float32: about 60 terms per particle of size <= 1.5, eps 1.2e-7.
     np.testing.assert_allclose(out, _brute(x, m, q, s, None), rtol=1e-4, atol=1e-4)
+
+
+def test_large_inputs_get_more_groups_and_the_same_sums(data, monkeypatch):
+    # No group holds more than MAX_GROUP_SIZE particles; below that the table's groups stand.
+    for n in (1, 240, 131_072, 131_073, 10**6, 10**7):
+        groups = group_count(n, 8)
+        assert -(-n // groups) <= max(MAX_GROUP_SIZE, -(-n // 8)) and groups <= n
+        assert groups == 8 or n > 8 * MAX_GROUP_SIZE or n < 8
+    assert group_count(10**6, 8) == 62 and group_count(10**6, 128) == 128
+    # 8 groups of 30 particles against 15 of 16 (the cap lowered to 16 for
+    # N = 240). A gathered sum keeps its order (padded slots add exact zeros):
+    # the same bits. Scattered parts are added in group order: round-off.
+    x, m, q, s = data
+    total, _ = _engine_sum(False, True)
+    want = jax.jit(total)(x, m, q, s)
+    monkeypatch.setattr("progenax.neighbours.layout.MAX_GROUP_SIZE", 16)
+    assert group_count(N, 8) == 15
+    total, _ = _engine_sum(False, True)
+    got = jax.jit(total)(x, m, q, s)
+    np.testing.assert_array_equal(got[:, 1], want[:, 1])
+    # About 60 terms per entry in another order: ~60 eps of the largest.
+    assert float(jnp.max(jnp.abs(got - want))) <= 1e-13 * float(jnp.max(jnp.abs(want)))
 
 
 def test_one_layout_table_per_dimension():

@@ -8,7 +8,8 @@
   the one hand-written reverse pass (O(N) residuals): autodiff of the pair
   function inside the loop, or the pair's own analytic pullback.
 - `LAYOUTS` / `layout_for` (layout.py): the one layout table, by dimension
-  (banded lists: the same cells, `BAND_GROUPS` groups).
+  (banded lists: the same cells, `BAND_GROUPS` groups); `group_count`: the
+  groups a slot loop runs, more for large N (`MAX_GROUP_SIZE`).
 - `minimum_image`, `separation`, `safe_distance`, `unsort` (geometry.py).
 
 `progenax.sph` (density, relaxation) and the mesh potential's short-range
@@ -33,7 +34,9 @@ from .geometry import separation as separation
 from .geometry import unsort as unsort
 from .layout import BAND_GROUPS as BAND_GROUPS
 from .layout import LAYOUTS as LAYOUTS
+from .layout import MAX_GROUP_SIZE as MAX_GROUP_SIZE
 from .layout import Layout as Layout
+from .layout import group_count as group_count
 from .layout import layout_for as layout_for
 
 __all__ = [
@@ -60,5 +63,7 @@ __all__ = [
     "BAND_GROUPS",
     "LAYOUTS",
     "Layout",
+    "MAX_GROUP_SIZE",
+    "group_count",
     "layout_for",
 ]

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array
+from .layout import group_count
 
 # Cells slightly larger than reach / k, so that a pair at separation just under
 # the reach is never k + 1 cells apart after rounding in floor().
@@ -349,7 +350,7 @@ def candidate_counts(cells: CellList) -> Array:
 def slots_per_particle(cells: CellList, chunk: int, groups: int = 8) -> Array:
     """Mean pair slots `engine.fold` evaluates per particle (padding included)."""
     n = cells.size
-    groups = max(1, min(int(groups), n))
+    groups = group_count(n, groups)
     counts = candidate_counts(cells)[cells.by_workload]
     size = -(-n // groups)
     bounds = [min(g * size, n) for g in range(groups + 1)]

@@ -74,7 +74,7 @@ from jax.custom_derivatives import SymbolicZero
 from .._types import Array
 from .cells import CellList
 from .geometry import separation, unsort
-from .layout import Layout
+from .layout import Layout, group_count
 
 PairFunction = Callable[[dict, dict, list], tuple]
 """`pair_fn(a_i, a_j, dx) -> (to_i, to_j)`: features of the queries ((M, 1)
@@ -106,7 +106,7 @@ def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, gro
     order, so the groups before theirs are skipped.
     """
     n = cells.size
-    groups = max(1, min(int(groups), n))
+    groups = group_count(n, groups)
     size = -(-n // groups)
     lanes = jnp.arange(chunk, dtype=jnp.int32)[None, :]
     first_group = 0 if queries is None else (n - queries) // size
