@@ -20,9 +20,11 @@ by every particle (no gather; their cotangent is a sum over pairs).
 **The slot loop** (`fold`): the runs of one particle are laid end to end as a
 virtual list; slot $s$ maps to candidate index $j(s) = s + \sum_r [s \ge
 c_r]\Delta_r$ (compares, no gather). Particles are split into `groups` equal
-groups by candidate count and each group loops $\lceil \max \mathrm{count} /
-\mathrm{chunk}\rceil$ times, a trip count computed in-graph: no capacity to
-overflow, inside `jit`, `scan` and `vmap` alike.
+groups by candidate count (more for large N: `layout.group_count`) and each
+group loops $\lceil \max \mathrm{count} / \mathrm{chunk}\rceil$ times, a
+trip count computed in-graph: no capacity to overflow, inside `jit`, `scan`
+and `vmap` alike. The gathered parts accumulate per lane and are summed over
+the lanes after a group's loop.
 
 **The reverse pass** (custom VJP, the one in the library): the cotangent
 $\bar S$ pulls back to the features through one more pass over the same
