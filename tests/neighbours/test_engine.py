@@ -170,7 +170,7 @@ def test_large_inputs_get_more_groups_and_the_same_sums(data, monkeypatch):
     # No group holds more than MAX_GROUP_SIZE particles; below that the table's groups stand.
     for n in (1, 240, 131_072, 131_073, 10**6, 10**7):
         groups = group_count(n, 8)
-        assert -(-n // groups) <= max(MAX_GROUP_SIZE, -(-n // 8)) and groups <= n
+        assert -(-n // groups) <= MAX_GROUP_SIZE and groups <= n
         assert groups == 8 or n > 8 * MAX_GROUP_SIZE or n < 8
     assert group_count(10**6, 8) == 62 and group_count(10**6, 128) == 128
     # 8 groups of 30 particles against 15 of 16 (the cap lowered to 16 for
