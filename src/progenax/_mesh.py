@@ -20,3 +20,24 @@ def mesh_axis(mesh: Mesh | None) -> tuple[Mesh, str, int]:
     if len(mesh.axis_names) != 1:
         raise ValueError(f"mesh must have one axis (the particles'), got axes {mesh.axis_names}")
     return mesh, mesh.axis_names[0], int(mesh.devices.size)
+
+
+def _varying(x) -> frozenset:
+    """The manual mesh axes a value varies over (empty outside `shard_map`)."""
+    return jax.typeof(x).mat.varying
+
+
+def vary_like(tree, *refs):
+    """`tree` marked as varying over every manual mesh axis that a leaf of
+    `refs` varies over: inside `jax.shard_map` with its type check on, a
+    loop's carry started from fresh (replicated) zeros must vary as the
+    values it will hold do. Unchanged outside `shard_map`."""
+    axes = frozenset().union(*(_varying(r) for r in jax.tree_util.tree_leaves(refs)))
+    if not axes:
+        return tree
+
+    def cast(leaf):
+        missing = tuple(sorted(axes - _varying(leaf)))
+        return jax.lax.pcast(leaf, missing, to="varying") if missing else leaf
+
+    return jax.tree_util.tree_map(cast, tree)

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+import _fractal_cases  # beside this file: the script's directory is on sys.path
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,14 +122,19 @@ def gaussian_target(x):
 
 def relax_open(n_devices: int) -> dict:
     """20 steps in open space towards a Gaussian (live and frozen particles,
-    the centre-of-mass hold), sharded against `progenax.relax`."""
+    the centre-of-mass hold), sharded against `progenax.relax`; and with the
+    radial profile held (`keep_radii`, Lagrangian radii over the mesh)."""
     n = 1000
     x = 1.2 * jax.random.normal(jax.random.PRNGKey(6), (n, 2))
     m = 1.0 / n
-    one = progenax.relax(x, target=gaussian_target, masses=m, steps=20)
-    many = sharding.relax(x, m, target=gaussian_target, steps=20, block=7)
-    moved = float(jnp.max(jnp.abs(one - x)))
-    return {"relax": float(jnp.max(jnp.abs(many - one))) / moved, "moved": moved}
+    out = {}
+    for name, hold in (("relax", False), ("relax_radii", True)):
+        one = progenax.relax(x, target=gaussian_target, masses=m, steps=20, keep_radii=hold)
+        many = sharding.relax(x, m, target=gaussian_target, steps=20, block=7, keep_radii=hold)
+        moved = float(jnp.max(jnp.abs(one - x)))
+        out[name] = float(jnp.max(jnp.abs(many - one))) / moved
+        out[f"moved_{name}"] = moved
+    return out
 
 
 def float32(n_devices: int) -> dict:
@@ -178,6 +184,35 @@ def ring_energy(n_devices: int) -> dict:
         )(jnp.sum(x**2, axis=-1), m)
         one = potential_energy(x, m, G=1.0, method="spherical", centre=jnp.zeros(3, dtype))
         out[str(np.dtype(dtype))] = rel(ring, one)
+    return out
+
+
+def ring_mesh_energy(n_devices: int) -> dict:
+    """The nested-mesh U of a clumpy set in equal shares (a fractal's rows in
+    the builder's order: each share spread over the whole cluster) against
+    the one-device estimate: the value and its gradient in positions and
+    masses (float64), and the value in float32."""
+    from jax.sharding import PartitionSpec as P
+
+    from progenax.diagnostics.mesh import mesh_pair_energy, ring_mesh_pair_energy
+
+    mesh = sharding.particle_mesh()
+    ic = progenax.fractal_builder(0, n=3_000 * n_devices, D=1.6)
+    out = {}
+    for dtype in (jnp.float64, jnp.float32):
+        x, m = ic.state.positions.astype(dtype), ic.state.masses.astype(dtype)
+        ring = jax.shard_map(
+            lambda x, m: ring_mesh_pair_energy(x, m, "particles", n_devices),
+            mesh=mesh,
+            in_specs=P("particles"),
+            out_specs=P(),
+        )
+        if dtype == jnp.float32:
+            out["float32"] = rel(jax.jit(ring)(x, m), mesh_pair_energy(x, m))
+            continue
+        u, g = jax.jit(jax.value_and_grad(ring, argnums=(0, 1)))(x, m)
+        u1, g1 = jax.value_and_grad(mesh_pair_energy, argnums=(0, 1))(x, m)
+        out.update(value=rel(u, u1), grad_x=rel(g[0], g1[0]), grad_m=rel(g[1], g1[1]))
     return out
 
 
@@ -237,14 +272,16 @@ def build(n_devices: int) -> dict:
 
 def build_gravoturb(n_devices: int) -> dict:
     """Sharded gravoturbulent stars and gas: a one-device mesh against the
-    plain builds, builds over every device against one-device builds of the
-    same size by two-sample KS (positions per axis, speeds; the gas's h), and
-    the refusal of Q (the clumpy stars' W is not sharded)."""
+    plain builds (the stars scaled to Q with the nested-mesh W), builds over
+    every device against one-device builds of the same size by two-sample KS
+    (positions per axis, speeds; the gas's h), and the Q of stars scaled
+    over every device, measured with the one-device nested-mesh W."""
     from progenax import gravoturb
+    from progenax.diagnostics import virial_ratio
 
     out = {}
     one_device = sharding.particle_mesh(jax.devices()[:1])
-    options = dict(n=24_000, grid=32)
+    options = dict(n=24_000, grid=32, Q=0.5)
     plain, meshed = (gravoturb.star_builder(1, **options, mesh=m) for m in (None, one_device))
     gas = [gravoturb.cloud_builder(1, n=24_000, grid=32, mesh=m) for m in (None, one_device)]
     out["one_device"] = max(
@@ -268,23 +305,56 @@ def build_gravoturb(n_devices: int) -> dict:
     out["ks"] = ks
     out["n"] = n
     out["shards"] = len(stars[0].state.positions.addressable_shards)
-    try:
-        gravoturb.star_builder(2, n=n, grid=32, Q=0.5, mesh=mesh)
-        out["refused_Q"] = ""
-    except ValueError as err:
-        out["refused_Q"] = str(err)
+    scaled = gravoturb.star_builder(2, n=n, grid=32, Q=0.5, mesh=mesh).state
+    out["Q"] = float(virial_ratio(scaled.positions, scaled.velocities, scaled.masses, method="mesh"))
     return out
 
 
-def build_gradient(n_devices: int) -> dict:
-    """d/d(r_h, Q, alpha) of O = sum m|x|^2 + sum m|v|^2 through a sharded
-    Plummer build: exact scalings (O_x proportional to r_h^2, O_v to Q) and
-    central differences; a gradient summed twice over the mesh is D times off."""
+def build_fractal(n_devices: int) -> dict:
+    """Sharded fractals. Equal masses (24,000 stars, above the exact-energy
+    limit: every build scales with the nested-mesh W): a one-device mesh and
+    every device against the plain build (the same tree; the radial remap's
+    and W's sums in another order). Kroupa masses (the devices' own
+    streams): the shares, Q measured with the one-device nested-mesh W, the
+    half-mass radius, the masses against a one-device build by two-sample
+    KS, the pure box fractal's half-mass radius, and the refusal of
+    segregation."""
+    from progenax.diagnostics import half_mass_radius, virial_ratio
+
+    def largest_difference(a, b):
+        return max(rel(getattr(a.state, k), getattr(b.state, k)) for k in ("positions", "velocities", "masses"))
+
     mesh = sharding.particle_mesh()
-    n = 3_000 * n_devices
+    one_device = sharding.particle_mesh(jax.devices()[:1])
+    plain, meshed, many = (progenax.fractal_builder(3, n=24_000, imf="equal", mesh=m) for m in (None, one_device, mesh))
+    out = {"one_device": largest_difference(meshed, plain), "all_devices": largest_difference(many, plain)}
+    out["conditioning"] = 24_000  # total mass over the outermost star's (`test_builders.remap_tolerance`)
+    n = 5_000 * n_devices
+    kroupa, one = (progenax.fractal_builder(4, n=n, mesh=m).state for m in (mesh, None))
+    out["shards"] = len(kroupa.positions.addressable_shards)
+    out["shard_rows"] = sorted({s.data.shape[0] for s in kroupa.positions.addressable_shards})
+    out["Q"] = float(virial_ratio(kroupa.positions, kroupa.velocities, kroupa.masses, method="mesh"))
+    out["r_h"] = float(half_mass_radius(kroupa.positions, kroupa.masses))
+    out["ks_m"] = _ks_two_sample(kroupa.masses, one.masses)
+    out["n"] = n
+    box = progenax.fractal_builder(4, n=n, profile="box", r_h=2.0, mesh=mesh).state
+    out["box_r_h"] = float(half_mass_radius(box.positions, box.masses)) / 2.0
+    try:
+        progenax.fractal_builder(5, n=n, segregation=0.3, mesh=mesh)
+        out["refused"] = ""
+    except ValueError as err:
+        out["refused"] = str(err)
+    return out
+
+
+def _gradient_figures(build) -> dict:
+    """d/d(r_h, Q, alpha) of O = sum m|x|^2 + sum m|v|^2 through `build(r_h,
+    Q, alpha)` (a state): exact scalings (O_x proportional to r_h^2, O_v to
+    Q) and central differences; a gradient summed twice over the mesh is D
+    times off."""
 
     def parts(r_h, Q, alpha):
-        s = progenax.plummer_builder(7, n=n, r_h=r_h, Q=Q, alpha=alpha, mesh=mesh).state
+        s = build(r_h, Q, alpha)
         return jnp.sum(s.masses * jnp.sum(s.positions**2, -1)), jnp.sum(s.masses * jnp.sum(s.velocities**2, -1))
 
     p0 = (1.3, 0.4, 2.1)
@@ -304,6 +374,27 @@ def build_gradient(n_devices: int) -> dict:
     return out
 
 
+def build_gradient(n_devices: int) -> dict:
+    """`_gradient_figures` of a sharded Plummer build."""
+    mesh = sharding.particle_mesh()
+
+    def build(r_h, Q, alpha):
+        return progenax.plummer_builder(7, n=3_000 * n_devices, r_h=r_h, Q=Q, alpha=alpha, mesh=mesh).state
+
+    return _gradient_figures(build)
+
+
+def build_fractal_gradient(n_devices: int) -> dict:
+    """`_gradient_figures` of a sharded fractal build (W by the nested mesh
+    over the devices, and the radial remap's ring)."""
+    mesh = sharding.particle_mesh()
+
+    def build(r_h, Q, alpha):
+        return progenax.fractal_builder(7, n=1_000 * n_devices, r_h=r_h, Q=Q, alpha=alpha, mesh=mesh).state
+
+    return _gradient_figures(build)
+
+
 def build_float32(n_devices: int) -> dict:
     """A sharded build with x64 off: float32 throughout."""
     with jax.enable_x64(False):
@@ -316,9 +407,12 @@ def build_float32(n_devices: int) -> dict:
 CASES = {
     "build": build,
     "build_gravoturb": build_gravoturb,
+    "build_fractal": build_fractal,
     "build_gradient": build_gradient,
+    "build_fractal_gradient": build_fractal_gradient,
     "build_float32": build_float32,
     "ring_energy": ring_energy,
+    "ring_mesh_energy": ring_mesh_energy,
     "lost": lost,
     "open_uneven": open_uneven,
     "periodic_edges": periodic_edges,
@@ -326,6 +420,7 @@ CASES = {
     "relax_open": relax_open,
     "float32": float32,
     "three_d": three_d,
+    **_fractal_cases.CASES,
 }
 
 if __name__ == "__main__":

@@ -12,14 +12,16 @@ each) times the ~20 to 60 terms of a density, measured 1e-16 to 7e-16. A
 lost or doubled neighbour changes a density by its whole term (1e-2 or
 more), and a gradient summed twice over the mesh is off by a factor D: both
 fail by ten orders of magnitude. The 20-step relaxations compound round-off
-through the steps (measured 2e-14 to 8e-14 of the largest displacement),
-still far below 1e-12. float32: 1e-5, about 100 ulp of a sum of ~20
+through the steps (measured 2e-14 to 8e-14 of the largest displacement;
+2e-13 with the radial hold, whose Lagrangian radii divide by differences
+of neighbouring stars' cumulative mass fractions), still below 1e-12. float32: 1e-5, about 100 ulp of a sum of ~20
 positive terms (measured 2e-7).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -64,3 +66,31 @@ def assert_equal():
 @pytest.fixture
 def tolerance():
     return TOLERANCE
+
+
+def _ks_limit(n: int, alpha: float = 1e-3) -> float:
+    r"""Two-sample Kolmogorov-Smirnov limit for two samples of n:
+    $c\sqrt{2/n}$, $c = \sqrt{-\ln(\alpha/2)/2}$ (1.95 at $\alpha = 10^{-3}$)."""
+    return math.sqrt(-math.log(alpha / 2) / 2) * math.sqrt(2 / n)
+
+
+def _check_gradient(gradient: dict) -> None:
+    """A sharded build's gradient figures (`_worker._gradient_figures`): the
+    exact scalings to round-off (1e-10) and central differences within 1e-6
+    (truncation ~1e-8 and round-off ~1e-10 relative)."""
+    assert gradient["x_rh"] < 1e-10 and gradient["v_Q"] < 1e-10, gradient
+    for name, value in gradient.items():
+        if name.startswith("cd_"):
+            assert value < 1e-6, (name, gradient)
+
+
+@pytest.fixture
+def ks_limit():
+    """`ks_limit(n)`: the two-sample KS distance limit for samples of n."""
+    return _ks_limit
+
+
+@pytest.fixture
+def check_gradient():
+    """`check_gradient(figures)`: a sharded build's gradient figures."""
+    return _check_gradient

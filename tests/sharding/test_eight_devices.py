@@ -17,9 +17,11 @@ def test_open_uneven_and_float32(run_worker, assert_equal):
 
 @pytest.mark.slow
 def test_relaxations_and_edge_cut(run_worker, assert_equal, tolerance):
-    """20 relaxation steps, periodic and open, against `progenax.relax`; and
+    """20 relaxation steps, periodic and open (with and without the radial
+    hold), against `progenax.relax`; and
     the edge cut with an empty device the 4-device file runs."""
     results = run_worker(8, "relax", "relax_open", "periodic_edges")
     assert results["relax"]["relax"] < tolerance
     assert results["relax_open"]["relax"] < tolerance
+    assert results["relax_open"]["relax_radii"] < tolerance
     assert_equal(results["periodic_edges"])

@@ -18,11 +18,12 @@ def test_periodic_edges_empty_device_and_lost_neighbours(run_worker, assert_equa
 
 @pytest.mark.slow
 def test_relaxations_and_open_cut(run_worker, assert_equal, tolerance):
-    """20 relaxation steps (re-cut every 7), periodic and open, against
-    `progenax.relax`; and the open count cut the 8-device file runs."""
+    """20 relaxation steps (re-cut every 7), periodic and open (with and
+    without the radial hold), against `progenax.relax`; and the open count cut the 8-device file runs."""
     results = run_worker(4, "relax", "relax_open", "open_uneven")
     assert results["relax"]["relax"] < tolerance
     assert results["relax_open"]["relax"] < tolerance
+    assert results["relax_open"]["relax_radii"] < tolerance
     assert_equal(results["open_uneven"])
 
 

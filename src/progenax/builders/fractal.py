@@ -7,20 +7,24 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..diagnostics.energy import scale_to_virial_ratio
 from ..diagnostics.radii import half_mass_radius
+from ..diagnostics.ring import ring_weighted_quantiles
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
+from ..sampling import safe_norm
 from ..state import InitialConditions
-from ..structure.fractal import D_MAX, D_MIN, box_fractal, remap_to_plummer
+from ..structure.fractal import D_MAX, D_MIN, box_fractal, box_fractal_share, remap_to_plummer, remap_to_plummer_share
 from ..structure.segregation import apply_segregation, check_segregation_arguments
 from ..units import G_PHYSICAL
-from ..validation import deferred_checks
+from ..validation import deferred_checks, errors_as_nan
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf, sample_masses
+from .sharded import finish_share, map_shares, refuse_unsharded, sharded_cluster
 
 PROFILES = ("plummer", "box")
 """`fractal_builder(profile=...)`: remapped onto a Plummer sphere, or the pure box fractal."""
@@ -84,6 +88,35 @@ def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, bin
     )
 
 
+@deferred_checks
+def _fractal_sharded(key, n, D, r_h, alpha, Q, imf, units, profile, mesh):
+    """`_fractal` with each device of `mesh` building n / D of the stars
+    (`progenax.builders.sharded`): the tree from the builder's fractal key
+    on every device (`structure.fractal.box_fractal_share`), masses from the
+    device's own key, the radial remap and W over the devices."""
+
+    def draw(share, key, D, r_h, alpha, Q):
+        k_f = jax.random.split(key, 3)[1]  # the one tree's key, as on one device
+        k_m = jax.random.split(share.key(key), 3)[0]
+        dtype = r_h.dtype
+        masses = sample_masses(k_m, share.rows, imf, alpha)
+        raw_pos, raw_vel = box_fractal_share(k_f, n, D, share.axis_name, share.n_devices, dtype=dtype)
+        if profile == "box":
+            centre = share.total(masses @ raw_pos) / share.total(jnp.sum(masses))
+            radii = safe_norm(raw_pos - centre)
+            half = ring_weighted_quantiles(radii, masses, jnp.full(1, 0.5, dtype), share.axis_name, share.n_devices)
+            positions = raw_pos * (r_h / half[0])
+        else:
+            positions = remap_to_plummer_share(raw_pos, masses, r_h, share.axis_name, share.n_devices)
+        x, v, w = finish_share(share, positions, raw_vel, masses, Q, centre_positions=True, energy="mesh")
+        params = {"D": D, "r_h": r_h, "Q": Q, **imf_params(imf, alpha)}
+        return (x, v, masses), (params, w)
+
+    (x, v, masses), (params, w) = map_shares(draw, (key, D, r_h, alpha, Q), n, mesh)
+    model = RecordedModel("fractal", dict(params), jnp.sum(masses))
+    return sharded_cluster(x, v, masses, model, params, units, w)
+
+
 def fractal_builder(
     key: Key | int,
     *,
@@ -98,6 +131,7 @@ def fractal_builder(
     segregation_temperature: ArrayLike = 1.0,
     binaries: BinaryPopulation | None = None,
     profile: str = "plummer",
+    mesh: Mesh | None = None,
 ) -> InitialConditions:
     r"""A fractal cluster: GW04 box fractal remapped radially onto a Plummer sphere.
 
@@ -132,6 +166,12 @@ def fractal_builder(
       the pure box fractal (McLuster's `-P -1`), its radii only scaled so that
       the 3D half-mass radius about the centre of mass is `r_h` (a uniform
       sphere for D = 3).
+    - `mesh`: None (one device) or a one-axis `jax.sharding.Mesh`
+      (`progenax.sharding.particle_mesh()`): one tree grown over its D
+      devices, each building and returning n / D of the stars, no device
+      holding the whole set (`progenax.structure.fractal.box_fractal_share`,
+      `progenax.builders.sharded`); W by the nested mesh over the devices at
+      every n; not with `segregation` or `binaries`; n a multiple of D.
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "fractal"; differentiable in
     r_h, alpha and Q (continuous in them: the remap's order and the
@@ -152,5 +192,11 @@ def fractal_builder(
         "D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True, piecewise_constant=True
     )
     S, T = check_segregation_arguments(c.checks, segregation, segregation_temperature)
+    if mesh is not None:
+        refuse_unsharded(segregation=S, binaries=binaries)
+        with errors_as_nan():  # an error raised by one device's program would stall the others
+            return c.checks.attach(
+                _fractal_sharded(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, profile, mesh)
+            )
     out = _fractal(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T, check_binaries(binaries), profile)
     return drop_absent_companions(c.checks.attach(out))

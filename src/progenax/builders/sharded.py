@@ -18,23 +18,23 @@ n / D on the D devices of a one-axis mesh; no device ever holds the whole set.
   (which sets a model's velocity scale), the centre of mass and the kinetic
   energy by `psum`; the potential energy $W$ by the shell theorem about the
   origin (the model centre) with the shares passed around the ring
-  (`progenax.diagnostics.energy.ring_spherical_potential`). The velocities are then
-  scaled to $T/|W| = Q$ exactly, as on one device.
+  (`progenax.diagnostics.energy.ring_spherical_potential`), or for clumpy
+  gravoturbulent stars by the nested mesh over the devices
+  (`progenax.diagnostics.mesh.ring_mesh_pair_energy`, the one-device
+  estimate to round-off). The velocities are then scaled to $T/|W| = Q$
+  exactly, as on one device.
 - **Outputs** stay sharded: the per-particle arrays are `jax.Array`s laid out
   over the mesh's axis (device d holds rows d n/D to (d + 1) n/D); the model,
   params (and a cloud's field) are replicated. `map_shares` runs a builder's
   per-device draw and ties its traced checks to these outputs.
 
-Differences from one device: $W$ is the shell-theorem estimate at every n
-(one device sums every pair exactly up to `EXACT_MAX_N` = 20,000 stars; for
-the spherical models the estimate is 0.1% from that sum at 20,000 and closer
-above), and Henon units take their virial radius from the same $W$ (one
-device recomputes it about the median after centring). Not sharded:
-`segregation` (it ranks every star by energy), `binaries`, King's
-`mass_bins`, and Q for gravoturbulent stars (clumpy: their W needs the
-nested mesh) (`ValueError` with a mesh), and `fractal_builder`, which takes
-no mesh: its stars are the leaves of one tree chosen among all of them, its
-radial remap ranks every star, and its W is the nested mesh's.
+Differences from one device: $W$ is the shell-theorem (or nested-mesh)
+estimate at every n (one device sums every pair exactly up to
+`EXACT_MAX_N` = 20,000 stars; for the spherical models the estimate is 0.1%
+from that sum at 20,000 and closer above), and Henon units take their
+virial radius from the same $W$ (one device recomputes it about the median
+after centring). Not sharded: `segregation` (it ranks every star by
+energy), `binaries` and King's `mass_bins` (`ValueError` with a mesh).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from jax.sharding import PartitionSpec as P
 from .._mesh import mesh_axis
 from .._types import Array
 from ..diagnostics.energy import kinetic_energy, ring_spherical_potential, virial_velocity_factor
+from ..diagnostics.mesh import ring_mesh_pair_energy
 from ..state import InitialConditions, ParticleState
 from ..units import G_PHYSICAL, physical_units
 from ..validation import collecting_checks, error_if
@@ -126,13 +127,18 @@ def map_shares(draw, inputs: tuple, n: int, mesh):
     return per_row, replicated
 
 
-def finish_share(share: Share, x, v, masses, Q, centre_positions: bool):
+def finish_share(share: Share, x, v, masses, Q, centre_positions: bool, energy: str = "spherical"):
     """`builders._common.finish_cluster`'s frame and virial scaling for one
     device's rows: velocities to the centre-of-mass frame, scaled to
-    T/|W| = Q (unless None) with W about the origin by the ring; positions to
-    the centre of mass if `centre_positions`. Returns `(x, v, W)`."""
+    T/|W| = Q (unless None) with W of the whole set, `energy` "spherical"
+    (the shell theorem about the origin, by the ring) or "mesh" (the
+    nested-mesh P3M of clumpy clusters, `diagnostics.mesh.ring_mesh_pair_energy`);
+    positions to the centre of mass if `centre_positions`. Returns `(x, v, W)`."""
     v = centre_of_mass_frame(v, masses, share.total)
-    w = G_PHYSICAL * ring_spherical_potential(jnp.sum(x**2, axis=-1), masses, share.axis_name, share.n_devices)
+    if energy == "mesh":
+        w = -G_PHYSICAL * ring_mesh_pair_energy(x, masses, share.axis_name, share.n_devices)
+    else:
+        w = G_PHYSICAL * ring_spherical_potential(jnp.sum(x**2, axis=-1), masses, share.axis_name, share.n_devices)
     if Q is not None:
         v = v * virial_velocity_factor(share.total(kinetic_energy(v, masses)), w, Q)
     if centre_positions:

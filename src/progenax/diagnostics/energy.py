@@ -68,6 +68,7 @@ from .._types import Array, Masses, Positions, Scalar, Velocities
 from ..sampling import safe_divide, safe_sqrt
 from ..units import G_PHYSICAL
 from .mesh import mesh_pair_energy
+from .ring import ring_mass_inside
 
 EXACT_MAX_N = 20_000
 """Largest n for which `method="auto"` uses the exact pairwise sum."""
@@ -264,29 +265,10 @@ def virial_velocity_factor(t: Scalar, w: Scalar, Q: Scalar) -> Scalar:
     return safe_sqrt(safe_divide(Q * jnp.abs(w), t))
 
 
-def _mass_inside(share_r2: Array, share_cumulative: Array, r2: Array) -> Array:
-    """The mass of one sorted share strictly inside each radius² of `r2`."""
-    k = jnp.searchsorted(share_r2, r2, side="left")
-    return jnp.where(k > 0, share_cumulative[jnp.maximum(k - 1, 0)], 0.0)
-
-
 def ring_spherical_potential(r2: Array, masses: Array, axis_name: str, n_devices: int) -> Scalar:
     """W / G (negative) of the whole set from one device's share (inside
     `shard_map` over the mesh axis `axis_name` of `n_devices`): `r2` (n,)
     squared radii about the centre, `masses` (n,); the result is the same on
     every device (module docstring)."""
-    order = radial_order(r2)
-    r2_sorted, m_sorted = r2[order], masses[order]
-    cumulative = jnp.cumsum(m_sorted)
-    receive_from_next = [(d, (d - 1) % n_devices) for d in range(n_devices)]
-
-    def visit(carry, _):
-        share_r2, share_cumulative, inside = carry
-        share_r2 = jax.lax.ppermute(share_r2, axis_name, receive_from_next)
-        share_cumulative = jax.lax.ppermute(share_cumulative, axis_name, receive_from_next)
-        inside = inside + _mass_inside(share_r2, share_cumulative, r2_sorted)
-        return (share_r2, share_cumulative, inside), None
-
-    start = (r2_sorted, cumulative, cumulative - m_sorted)
-    (_, _, inside), _ = jax.lax.scan(visit, start, None, length=n_devices - 1)
-    return jax.lax.psum(shell_sum(r2_sorted, m_sorted, inside), axis_name)
+    order, r2_sorted, inside = ring_mass_inside(r2, masses, axis_name, n_devices)
+    return jax.lax.psum(shell_sum(r2_sorted, masses[order], inside), axis_name)

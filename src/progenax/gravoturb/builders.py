@@ -324,7 +324,7 @@ def _stars_sharded(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, mes
     def draw(share, key, kappa, dispersion, alpha, Q, f):
         k = share.key(key)
         x, v, m, params = _star_rows(key, k, share.rows, share.first, n, kappa, dispersion, alpha, Q, imf, hard, f)
-        x, v, w = finish_share(share, x, v, m, Q, centre_positions=False)
+        x, v, w = finish_share(share, x, v, m, Q, centre_positions=False, energy="mesh")
         return (x, v, m), (params, w)
 
     (x, v, m), (params, w) = map_shares(draw, (key, kappa, dispersion, alpha, Q, f), n, mesh)
@@ -389,8 +389,8 @@ def star_builder(
     - `binaries`: as for `progenax.plummer_builder` (`n` then counts systems).
     - `mesh`: None, or a one-axis `jax.sharding.Mesh`: each device draws n / D
       stars from the same field (computed on every device) and the stars come
-      back laid out over the mesh (`progenax.builders.sharded`; not with
-      `binaries` or `Q`; n a multiple of D).
+      back laid out over the mesh (`progenax.builders.sharded`; W by the
+      nested mesh over the devices; not with `binaries`; n a multiple of D).
 
     **Returns:** `InitialConditions` whose `model` is a `RecordedModel` named "gravoturb". Differentiable in
     mach, pdf_slope, b, kappa, dispersion, alpha and Q through the grid and the
@@ -423,10 +423,5 @@ def star_builder(
         out = _stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries)
         return drop_absent_companions(checks.attach(out))
     refuse_unsharded(binaries=binaries)
-    if Q is not None:
-        raise ValueError(
-            "a sharded star_builder keeps the turbulent velocities as drawn: its clumpy stars need the "
-            "nested-mesh W to be scaled to Q, which is not sharded; pass Q=None, or build without mesh"
-        )
     with errors_as_nan():  # an error raised by one device's program would stall the others
         return checks.attach(_stars_sharded(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh))

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._mesh import vary_like
 from .._types import Array
 from .layout import group_count
 
@@ -337,7 +338,7 @@ def _query_runs(is_query, coords, frac, side, reach, counts, strides, rows: _Row
         begin, length = _candidate_runs(coords[at], frac[at], side, reach[at], counts, strides, rows, k)
         return tuple(r.at[ids].set(v, mode="drop", unique_indices=True) for r, v in zip(runs, (begin, length)))
 
-    empty = jnp.zeros((n, n_runs), jnp.int32)
+    empty = vary_like(jnp.zeros((n, n_runs), jnp.int32), coords, reach)
     trips = (jnp.sum(is_query, dtype=jnp.int32) + block - 1) // block
     return jax.lax.fori_loop(0, trips, one_block, (empty, empty))
 

@@ -73,6 +73,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from .._mesh import vary_like
 from .._types import Array
 from .cells import CellList
 from .geometry import separation, unsort
@@ -118,6 +119,8 @@ def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, gro
     members = jnp.concatenate([cells.by_workload, jnp.zeros(pad, jnp.int32)])
     targets = jnp.concatenate([cells.by_workload, jnp.full(pad, n, jnp.int32)])
     source = cells.source
+    # Inside a type-checked `shard_map` the carries vary as the data do.
+    gathered, scattered, summed = vary_like((gathered, scattered, summed), cells)
 
     def one_group(g, acc):
         gathered, scattered, summed = acc
@@ -155,7 +158,7 @@ def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, gro
         # emit one reduction per component, each recomputing the pair code
         # (a 3-component pair sum cost 3x a 1-component one).
         probe = jax.eval_shape(terms, rows, jnp.zeros((size, chunk), jnp.int32), jnp.zeros((size, chunk), bool))
-        local0 = tuple(jnp.zeros(t.shape, a.dtype) for a, t in zip(gathered, probe[0]))
+        local0 = vary_like(tuple(jnp.zeros(t.shape, a.dtype) for a, t in zip(gathered, probe[0])), gathered)
         state = (jnp.int32(0), local0, scattered, summed)
         _, local, scattered, summed = jax.lax.while_loop(lambda s: s[0] < n_steps, body, state)
         local = tuple(jnp.sum(a, axis=1) for a in local)
@@ -170,6 +173,7 @@ def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, gro
 def each_list(lists, add, total):
     """`total = add(cells, queries, total)` for one `CellList` or every non-empty
     band of `Bands` (a loop: one copy of the pair code)."""
+    total = vary_like(total, lists)
     if isinstance(lists, CellList):
         return add(lists, None, total)
 
@@ -265,8 +269,8 @@ def make_pair_sum(
                 out_j = () if symmetric else tuple(jnp.where(valid, t, 0.0) for t in _components(to_j))
                 return out_i, out_j, ()
 
-            zeros = tuple(jnp.zeros(n, dtype) for _ in range(k_i))
-            scatter0 = () if symmetric else tuple(jnp.zeros(n, dtype) for _ in range(k_j))
+            zeros = vary_like(tuple(jnp.zeros(n, dtype) for _ in range(k_i)), features)
+            scatter0 = () if symmetric else vary_like(tuple(jnp.zeros(n, dtype) for _ in range(k_j)), features)
             gathered, scattered, _ = fold(
                 cells, terms, zeros, scatter0, (), chunk=chunk, groups=groups, queries=queries
             )
@@ -275,7 +279,7 @@ def make_pair_sum(
                 result = result + jnp.stack(scattered, axis=1)
             return total + unsort(result, cells.order)
 
-        return each_list(lists, add, jnp.zeros((n, k_i), dtype))
+        return each_list(lists, add, vary_like(jnp.zeros((n, k_i), dtype), features))
 
     def backward(lists, features, wanted, s_bar):
         per = [k for k in wanted if features[k].ndim > 0]
@@ -290,7 +294,8 @@ def make_pair_sum(
 
         def zeros_per():
             n = features["x"].shape[0]
-            return tuple(jnp.zeros(n, features[k].dtype) for k in per for _ in range(dim if k == "x" else 1))
+            zeros = tuple(jnp.zeros(n, features[k].dtype) for k in per for _ in range(dim if k == "x" else 1))
+            return vary_like(zeros, features, s_bar)
 
         def add(cells, queries, total):
             own, cand = _sorted_features(features, cells)
@@ -369,7 +374,7 @@ def make_pair_sum(
                 return flat(d_i, per), to_j, tuple(d_c[k] for k in shared)
 
             zeros = zeros_per()
-            summed0 = tuple(jnp.zeros((), features[k].dtype) for k in shared)
+            summed0 = vary_like(tuple(jnp.zeros((), features[k].dtype) for k in shared), features, s_bar)
             gathered, scattered, summed = fold(
                 cells,
                 terms if pullback is None else analytic_terms,
@@ -387,7 +392,7 @@ def make_pair_sum(
             return per_total, tuple(t + s for t, s in zip(shared_total, summed))
 
         init_per = zeros_per()
-        init_shared = tuple(jnp.zeros((), features[k].dtype) for k in shared)
+        init_shared = vary_like(tuple(jnp.zeros((), features[k].dtype) for k in shared), features, s_bar)
         per_total, shared_total = each_list(lists, add, (init_per, init_shared))
         out, at = {}, 0
         for k in per:

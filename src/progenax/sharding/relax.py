@@ -23,8 +23,10 @@ never drops a neighbour.
 
 Projections: `LimitStep`, and with open boundaries the centre of mass
 (`KeepCentreOfMass` with the stars' masses), as `progenax.relax` takes for
-bare positions and a given target. `KeepRadii` (the radial profile hold of
-`target=None` clusters: global sorts) is not sharded yet. Forward only: the
+bare positions and a given target; with `keep_radii=True` the radial
+profile hold `KeepRadii` first, as `progenax.relax` takes for a cluster,
+its Lagrangian radii each step over the mesh (the shares sorted on their
+devices and passed around the ring, `diagnostics.ring`). Forward only: the
 sharded relaxation is not differentiated (the one-device `progenax.relax`
 is).
 """
@@ -34,16 +36,19 @@ from __future__ import annotations
 import functools
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from .._types import Array, ArrayLike
+from ..diagnostics.ring import ring_weighted_quantiles
 from ..neighbours import make_pair_sum, minimum_image
+from ..sampling import safe_norm
 from ..sph.adaptive import loss_gradient_features, loss_gradient_pair
 from ..sph.kernels import SUPPORT
 from ..sph.pairs import density_pair_sum
-from ..sph.projections import LimitStep, centre_of_mass, project
+from ..sph.projections import KeepRadii, LimitStep, centre_of_mass, knot_fractions, project
 
 # Private helpers of the one-device step, imported so that each formula (the
 # smoothing lengths and the target's slope, the cosine schedule, the target's
@@ -56,8 +61,23 @@ from .density import measure_halo
 from .slabs import decompose, slab_coordinate
 
 
-def _step(cfg: Config, s: RelaxSettings, target, x, v, m, valid, t, box, centre):
-    """One relaxation step of one device's own particles (inside `shard_map`)."""
+class _KeepRadiiOverMesh(KeepRadii):
+    """`sph.projections.KeepRadii` for one device's own particles (padding
+    slots weigh 0): the Lagrangian radii of the whole set, over the mesh
+    (`diagnostics.ring.ring_weighted_quantiles`)."""
+
+    axis_name: str = eqx.field(static=True)
+    n_devices: int = eqx.field(static=True)
+
+    def now_knots(self, y: Array) -> Array:
+        fractions = knot_fractions(self.knots.shape[0] + 1, y.dtype)
+        radii = safe_norm(y - self.centre)
+        return ring_weighted_quantiles(radii, self.weights, fractions, self.axis_name, self.n_devices)
+
+
+def _step(cfg: Config, s: RelaxSettings, target, x, v, m, valid, t, box, centre, radii):
+    """One relaxation step of one device's own particles (inside `shard_map`);
+    `radii`: None, or the knots and centre of the radial hold."""
     dim = x.shape[1]
     h, rho_t, live, slope = _smoothing_lengths_and_slope(x, m, target, s.eta, s.live_scale)
     live = live & valid
@@ -93,7 +113,13 @@ def _step(cfg: Config, s: RelaxSettings, target, x, v, m, valid, t, box, centre)
     v = s.momentum * v - _schedule(t, s, x.dtype) * (spacing**2 / rho_safe**2)[:, None] * g
     v = jnp.where(live[:, None], v, 0.0)
     trust = jnp.where(live, s.max_step * spacing, 0.0)
-    v = project((LimitStep(),), x, v, trust)
+    projections = (LimitStep(),)
+    if radii is not None:
+        knots, radii_centre = radii
+        weights = jnp.where(valid, m, 0.0)
+        hold = _KeepRadiiOverMesh(knots, weights, radii_centre, cfg.axis_name, cfg.n_devices)
+        projections = (hold,) + projections
+    v = project(projections, x, v, trust)
     if box is None:
         v = _keep_centre_of_mass(cfg.axis_name, m, v, trust)
         return x + v, v, bad
@@ -118,7 +144,7 @@ def _block_fn(cfg: Config, s: RelaxSettings, block: int):
     """The jitted block loop: cut by count, `block` steps per device, and back."""
     spec = P(cfg.axis_name)
 
-    def device_block(x, v, m, valid, t0, box, target):
+    def device_block(x, v, m, valid, t0, box, target, radii):
         coord = slab_coordinate(x, cfg.axis, box)
         centre = 0.5 * (jnp.min(jnp.where(valid, coord, jnp.inf)) + jnp.max(jnp.where(valid, coord, -jnp.inf)))
         centre = jnp.where(jnp.any(valid), centre, 0.0)
@@ -126,7 +152,7 @@ def _block_fn(cfg: Config, s: RelaxSettings, block: int):
         def one(carry, k):
             x, v, bad = carry
             t = t0[0] + k
-            new_x, new_v, new_bad = _step(cfg, s, target, x, v, m, valid, t, box, centre)
+            new_x, new_v, new_bad = _step(cfg, s, target, x, v, m, valid, t, box, centre, radii)
             going = t < s.steps  # the last block's padding steps do nothing
             x, v = jnp.where(going, new_x, x), jnp.where(going, new_v, v)
             return (x, v, bad | (going & new_bad)), None
@@ -134,7 +160,7 @@ def _block_fn(cfg: Config, s: RelaxSettings, block: int):
         (x, v, bad), _ = jax.lax.scan(one, (x, v, jnp.zeros((), bool)), jnp.arange(block))
         return x, v, bad[None]
 
-    def run(x, v, m, box, target, n_blocks):
+    def run(x, v, m, box, target, radii, n_blocks):
         def one_block(b, carry):
             x, v, bad = carry
             slabs = decompose(x, cfg.n_devices, axis=cfg.axis, box=box)
@@ -146,12 +172,12 @@ def _block_fn(cfg: Config, s: RelaxSettings, block: int):
             # The box and the target's leaves go in replicated (P()).
             mapped = shard_map_particles(cfg, body, 5, True, (spec, spec, spec))  # `shared` replicated
             layout = (slabs.to_slabs(x), slabs.to_slabs(v), slabs.to_slabs(m), slabs.valid, t0)
-            xs, vs, bads = mapped(*layout, (box, target))
+            xs, vs, bads = mapped(*layout, (box, target, radii))
             return slabs.from_slabs(xs), slabs.from_slabs(vs), bad | jnp.any(bads)
 
         return jax.lax.fori_loop(0, n_blocks, one_block, (x, v, jnp.zeros((), bool)))
 
-    return jax.jit(run, static_argnums=(5,))
+    return jax.jit(run, static_argnums=(6,))
 
 
 def relax(
@@ -172,6 +198,7 @@ def relax(
     hops: int | None = None,
     halo: int | None = None,
     headroom: float = 1.25,
+    keep_radii: bool = False,
 ) -> Array:
     r"""Relax `positions` (N, d) towards `target`, sharded over `mesh`.
 
@@ -192,6 +219,10 @@ def relax(
       input with the reach widened by the farthest a particle can move in a
       block (each step moves it at most `max_step` spacings), the halo then
       times `headroom` for the blocks after the first.
+    - `keep_radii`: hold the radial mass profile each step, as
+      `progenax.relax(..., keep_radii=True)` does (`sph.projections.KeepRadii`
+      about the input's centre of mass, weights `masses`; open boundaries
+      only), the Lagrangian radii taken over the mesh.
 
     **Returns:** the relaxed positions (N, d) (wrapped into a periodic box).
     Raises `ValueError` if a step would lose a neighbour (raise `halo` or
@@ -214,14 +245,20 @@ def relax(
         target_fn = jax.tree_util.Partial(target_fn)  # a pytree: a jit argument, the function static
     m = jnp.broadcast_to(jnp.asarray(masses, x0.dtype), (n,))
     _check_target_values(target_fn(x0))
+    if keep_radii and box is not None:
+        raise ValueError("keep_radii applies to open boundaries (box=None)")
     if steps == 0:
         return x0
+    radii = None
+    if keep_radii:
+        hold = KeepRadii.of(x0, m)
+        radii = (hold.knots, hold.centre)
     block = max(1, math.isqrt(steps - 1) + 1) if block is None else check_static_int("block", block, 1)
     if halo is None or hops is None:
         hops, halo = _measure(x0, m, target_fn, settings, block, mesh, box, axis, hops, headroom)
     hops, halo = check_static_int("hops", hops, 1), check_static_int("halo", halo, 1)
     cfg = Config(mesh, settings.kernel, dim, axis, hops, halo, box is not None)
-    x, _, bad = _block_fn(cfg, settings, block)(x0, jnp.zeros_like(x0), m, box, target_fn, -(-steps // block))
+    x, _, bad = _block_fn(cfg, settings, block)(x0, jnp.zeros_like(x0), m, box, target_fn, radii, -(-steps // block))
     if box is None:
         x = x + (centre_of_mass(x0, m) - centre_of_mass(x, m))  # round-off only, as progenax.relax
     return raise_if(x, bad, "sharded relax: a step would lose a neighbour (raise `halo` or `hops`)")

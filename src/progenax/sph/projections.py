@@ -95,8 +95,12 @@ def profile_knots(x: Array, w: Array, knots: int, centre: Array) -> Array:
     """Lagrangian radii about `centre` (weights `w`) at the mass fractions
     k / knots, k = 1 .. knots - 1 (the half-mass radius among them when
     `knots` is even)."""
-    fractions = np.arange(1, knots) / knots
-    return lagrangian_radii(x, w, jnp.asarray(fractions, x.dtype), centre=centre)
+    return lagrangian_radii(x, w, knot_fractions(knots, x.dtype), centre=centre)
+
+
+def knot_fractions(knots: int, dtype) -> Array:
+    """The mass fractions k / knots, k = 1 .. knots - 1."""
+    return jnp.asarray(np.arange(1, knots) / knots, dtype)
 
 
 class KeepRadii(Projection):
@@ -128,12 +132,16 @@ class KeepRadii(Projection):
         centre = centre_of_mass(x, weights)
         return cls(profile_knots(x, weights, knots, centre), weights, centre)
 
+    def now_knots(self, y: Array) -> Array:
+        """The Lagrangian radii of `y` at the knots' mass fractions."""
+        return profile_knots(y, self.weights, self.knots.shape[0] + 1, self.centre)
+
     def __call__(self, x, dx, trust):
         y = x + dx
         d = y - self.centre
         r = safe_norm(d)
         knots = self.knots
-        now = profile_knots(y, self.weights, knots.shape[0] + 1, self.centre)
+        now = self.now_knots(y)
         inner = r * (knots[0] / now[0])
         outer = r + (knots[-1] - now[-1])  # not a stretch: that would swing the far halo
         new_r = jnp.where(r < now[0], inner, jnp.where(r > now[-1], outer, jnp.interp(r, now, knots)))

@@ -1,0 +1,83 @@
+"""The shares of a set sharded over a device mesh, passed once around the ring.
+
+Called inside `jax.shard_map`: each device sorts its own share by radius,
+then the D - 1 other shares, each sorted by its owner, pass once around the
+ring by `jax.lax.ppermute` (their radii and the running sums of their
+masses), counted by a binary search: O((N/D) log(N/D)) per device for the
+sort, O(N log(N/D)) for the searches, O(N/D) memory.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._sort import radial_order
+from .._types import Array
+
+
+def _mass_inside(share_r2: Array, share_cumulative: Array, r2: Array) -> Array:
+    """The mass of one sorted share strictly inside each radius² of `r2`."""
+    k = jnp.searchsorted(share_r2, r2, side="left")
+    return jnp.where(k > 0, share_cumulative[jnp.maximum(k - 1, 0)], 0.0)
+
+
+def ring_mass_inside(r2: Array, masses: Array, axis_name: str, n_devices: int) -> tuple[Array, Array, Array]:
+    """The mass of the whole set strictly inside each of one device's stars
+    (inside `shard_map` over the mesh axis `axis_name` of `n_devices`): `r2`
+    (n,) squared radii about the centre, `masses` (n,). Returns
+    `(order, r2[order], inside)`, `inside` in that sorted order (own stars at
+    exactly the same radius: the earlier in the order counts as inside;
+    other devices' stars there count as outside, a set of measure zero)."""
+    order = radial_order(r2)
+    r2_sorted, m_sorted = r2[order], masses[order]
+    cumulative = jnp.cumsum(m_sorted)
+    receive_from_next = [(d, (d - 1) % n_devices) for d in range(n_devices)]
+
+    def visit(carry, _):
+        share_r2, share_cumulative, inside = carry
+        share_r2 = jax.lax.ppermute(share_r2, axis_name, receive_from_next)
+        share_cumulative = jax.lax.ppermute(share_cumulative, axis_name, receive_from_next)
+        inside = inside + _mass_inside(share_r2, share_cumulative, r2_sorted)
+        return (share_r2, share_cumulative, inside), None
+
+    start = (r2_sorted, cumulative, cumulative - m_sorted)
+    (_, _, inside), _ = jax.lax.scan(visit, start, None, length=n_devices - 1)
+    return order, r2_sorted, inside
+
+
+def _pick(key: Array, at: Array, values: Array, axis_name: str) -> Array:
+    """The value of `values` (n,) at the star(s) whose `key` equals each of
+    `at` (F,), over the whole set (the mean over ties): the gradient goes to
+    those stars, as an index into a sorted array would send it."""
+    holds = key[None, :] == at[:, None]
+    total = jax.lax.psum(jnp.sum(jnp.where(holds, values[None, :], 0.0), axis=1), axis_name)
+    count = jax.lax.psum(jnp.sum(holds, axis=1, dtype=values.dtype), axis_name)
+    return total / jnp.where(count > 0, count, 1.0)
+
+
+def ring_weighted_quantiles(values: Array, weights: Array, fractions: Array, axis_name: str, n_devices: int) -> Array:
+    r"""`diagnostics.radii`'s weighted quantiles of the whole set from one
+    device's share (inside `shard_map`; the same on every device): each
+    star's mid-point cumulative fraction $c_i = (M(<v_i) + w_i/2) / M$ from
+    the ring (`ring_mass_inside`), then, for each fraction $f$, `jnp.interp`'s
+    linear interpolation between the star with the largest $c \le f$ and the
+    one with the smallest $c > f$ over every device (`pmax`, `pmin`), the
+    ends held flat. `values` (n,) non-negative (radii), `weights` (n,), of
+    which the zero ones (a layout's padding) are no interpolation points;
+    `fractions` (F,). Differentiable in the values and the weights, as the
+    one-device quantile is."""
+    order, v_sorted, inside = ring_mass_inside(values, weights, axis_name, n_devices)
+    w_sorted = weights[order]
+    cum = (inside + 0.5 * w_sorted) / jax.lax.psum(jnp.sum(w_sorted), axis_name)
+    key = jnp.where(w_sorted > 0, jax.lax.stop_gradient(cum), jnp.nan)  # NaN: neither below nor above
+    f = fractions[:, None]
+    inf = jnp.asarray(jnp.inf, key.dtype)
+    c_lo = jax.lax.pmax(jnp.max(jnp.where(key <= f, key, -inf), axis=1), axis_name)
+    c_hi = jax.lax.pmin(jnp.min(jnp.where(key > f, key, inf), axis=1), axis_name)
+    lo_c, hi_c = _pick(key, c_lo, cum, axis_name), _pick(key, c_hi, cum, axis_name)
+    lo_v, hi_v = _pick(key, c_lo, v_sorted, axis_name), _pick(key, c_hi, v_sorted, axis_name)
+    dx = hi_c - lo_c
+    flat = jnp.abs(dx) <= jnp.spacing(jnp.finfo(dx.dtype).eps)  # as jnp.interp: no NaN gradient
+    inner = jnp.where(flat, lo_v, lo_v + ((fractions - lo_c) / jnp.where(flat, 1.0, dx)) * (hi_v - lo_v))
+    return jnp.where(c_lo == -inf, hi_v, jnp.where(c_hi == inf, lo_v, inner))
