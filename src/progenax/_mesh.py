@@ -41,3 +41,16 @@ def vary_like(tree, *refs):
         return jax.lax.pcast(leaf, missing, to="varying") if missing else leaf
 
     return jax.tree_util.tree_map(cast, tree)
+
+
+def ring_permutation(n_devices: int, shift: int) -> list[tuple[int, int]]:
+    """`jax.lax.ppermute`'s (source, destination) pairs that pass every
+    device's value `shift` places along the ring (-1: each device receives
+    its next neighbour's)."""
+    return [(d, (d + shift) % n_devices) for d in range(n_devices)]
+
+
+def check_divides(n: int, n_devices: int) -> None:
+    """Refuse an n that the mesh's device count does not divide (equal shares)."""
+    if n % n_devices:
+        raise ValueError(f"n must be a multiple of the mesh's {n_devices} devices for a sharded build, got n = {n}")

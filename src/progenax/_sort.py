@@ -44,4 +44,18 @@ def radial_order(values: Array) -> Array:
     return jnp.sort(key) & ((1 << index_bits) - 1)
 
 
-__all__ = ["radial_order"]
+def largest_passing(accept, width: int, like: Array) -> Array:
+    """The largest unsigned integer t of `width` bits with `accept(t)` (an
+    array of bools shaped like `like`, True at 0 and monotone: true up to some
+    t, false above), found bit by bit from the top in `width` steps: an
+    exact search by counts (an order statistic, a top-n threshold) in linear
+    time, with no sort. `like` gives the shape and unsigned dtype of t."""
+
+    def bit(i, t):
+        trial = t | (jnp.ones_like(t) << (width - 1 - i).astype(t.dtype))
+        return jnp.where(accept(trial), trial, t)
+
+    return jax.lax.fori_loop(0, width, bit, jnp.zeros_like(like))
+
+
+__all__ = ["largest_passing", "radial_order"]

@@ -23,7 +23,15 @@ from ..structure.segregation import apply_segregation, check_segregation_argumen
 from ..units import G_PHYSICAL
 from ..validation import deferred_checks, errors_as_nan
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
-from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf, sample_masses
+from ._common import (
+    as_key,
+    centre_of_mass_frame,
+    check_common_arguments,
+    finish_cluster,
+    imf_params,
+    resolve_imf,
+    sample_masses,
+)
 from .sharded import finish_share, map_shares, refuse_unsharded, sharded_cluster
 
 PROFILES = ("plummer", "box")
@@ -102,8 +110,7 @@ def _fractal_sharded(key, n, D, r_h, alpha, Q, imf, units, profile, mesh):
         masses = sample_masses(k_m, share.rows, imf, alpha)
         raw_pos, raw_vel = box_fractal_share(k_f, n, D, share.axis_name, share.n_devices, dtype=dtype)
         if profile == "box":
-            centre = share.total(masses @ raw_pos) / share.total(jnp.sum(masses))
-            radii = safe_norm(raw_pos - centre)
+            radii = safe_norm(centre_of_mass_frame(raw_pos, masses, share.total))
             half = ring_weighted_quantiles(radii, masses, jnp.full(1, 0.5, dtype), share.axis_name, share.n_devices)
             positions = raw_pos * (r_h / half[0])
         else:

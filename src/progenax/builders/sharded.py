@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from .._mesh import mesh_axis
+from .._mesh import check_divides, mesh_axis
 from .._types import Array
 from ..diagnostics.energy import kinetic_energy, ring_spherical_potential, virial_velocity_factor
 from ..diagnostics.mesh import ring_mesh_pair_energy
@@ -85,12 +85,6 @@ class Share(NamedTuple):
         return jax.lax.cond(d == 0, lambda: own, lambda: other)
 
 
-def _check_rows(n: int, n_devices: int) -> None:
-    """Refuse an n that the mesh's device count does not divide."""
-    if n % n_devices:
-        raise ValueError(f"n must be a multiple of the mesh's {n_devices} devices for a sharded build, got n = {n}")
-
-
 def refuse_unsharded(**options) -> None:
     """Refuse, naming it, an option (name -> value, None when unset) a sharded build does not do."""
     for name, value in options.items():
@@ -108,7 +102,7 @@ def map_shares(draw, inputs: tuple, n: int, mesh):
     `draw`'s functions record are tied to the outputs for the caller
     (`deferred_checks`), never raised inside the map."""
     mesh, axis_name, n_devices = mesh_axis(mesh)
-    _check_rows(n, n_devices)
+    check_divides(n, n_devices)
     dynamic, static = eqx.partition(inputs, eqx.is_array)  # static ints (King's grid sizes) stay Python
     messages: list[tuple[str, ...]] = []
 
@@ -134,6 +128,8 @@ def finish_share(share: Share, x, v, masses, Q, centre_positions: bool, energy: 
     (the shell theorem about the origin, by the ring) or "mesh" (the
     nested-mesh P3M of clumpy clusters, `diagnostics.mesh.ring_mesh_pair_energy`);
     positions to the centre of mass if `centre_positions`. Returns `(x, v, W)`."""
+    if energy not in ("spherical", "mesh"):
+        raise ValueError(f"energy must be 'spherical' or 'mesh', got {energy!r}")
     v = centre_of_mass_frame(v, masses, share.total)
     if energy == "mesh":
         w = -G_PHYSICAL * ring_mesh_pair_energy(x, masses, share.axis_name, share.n_devices)

@@ -34,7 +34,8 @@ $$\frac1r = g_0(r) + \sum_{k=1}^{K-1} \bigl[g_k(r) - g_{k-1}(r)\bigr] + \frac{\o
   depend on the cells it reads: the same on one device or many); one cell list
   per level, holding the stars of that level and the deeper ones within reach
   of the next cube's faces. The others are parked, massless, on a lattice
-  beside the cube. At the cutoff (4.5 $s$) the short kernel is 0.15% of $1/r$.
+  beside the cube. The short kernel fades to 0 over the last 10% of the
+  cutoff (4.5 $s$; where the fade starts it is 0.42% of $1/r$).
   Its gradient is the engine's reverse pass (one more pass over the same
   candidates, O(n) residuals): plain reverse mode through the cell list's
   data-sized `while_loop` is not possible.
@@ -48,7 +49,7 @@ would put most of the cluster in each core star's pair list.
 
 **Over a device mesh** (`ring_mesh_pair_energy`, inside `jax.shard_map`,
 each device an equal share): the same estimate of the whole set, with every
-reduction over the shares (`Shares`). The median and the quantile that set
+reduction over the shares (`_Shares`). The median and the quantile that set
 the cubes are found exactly, bit by bit, by counts summed over the devices
 (`order_statistics`); each device assigns its own stars to the meshes,
 which are summed by `psum` and transformed on every device; the short-range
@@ -103,10 +104,11 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import erf, erfc
 
-from .._mesh import vary_like
+from .._mesh import ring_permutation, vary_like
+from .._sort import largest_passing
 from .._types import Array, Masses, Positions, Scalar
 from ..neighbours import build_cell_list, candidate_counts, layout_for, make_pair_sum, safe_distance
-from .ring import ring_mass_inside
+from .ring import held_value, ring_mass_inside
 
 DEFAULT_SPLIT = 1.0
 DEFAULT_CUTOFF = 4.5
@@ -270,6 +272,19 @@ _LAYOUT = layout_for(3, groups=32)
 _short_sum = make_pair_sum(_short_pair, _LAYOUT)
 
 
+def _cell_list(positions, reach, query=None):
+    """The cell list of one level's pair sum in `_LAYOUT` (no gradient: it
+    only decides which candidates are read)."""
+    return build_cell_list(
+        jax.lax.stop_gradient(positions),
+        jax.lax.stop_gradient(reach),
+        cells_per_reach=_LAYOUT.cells_per_reach,
+        x_cells_per_reach=_LAYOUT.x_cells_per_reach,
+        chunk=_LAYOUT.chunk,
+        query=query,
+    )
+
+
 def _pairs(positions, masses, own, r_s, reach):
     r"""$\sum m_i m_j \phi(r_{ij})$ over candidate pairs with at least one `own`
     star, each pair once: $\sum_i m_i [\mathrm{own}_i] e_i$ with
@@ -278,13 +293,7 @@ def _pairs(positions, masses, own, r_s, reach):
     takes half). Differentiable in the positions, masses, r_s and the reach
     (the kernel's fade) through the engine's reverse pass; the cell list is
     built at the reach without its gradient."""
-    cells = build_cell_list(
-        jax.lax.stop_gradient(positions),
-        jax.lax.stop_gradient(reach),
-        cells_per_reach=_LAYOUT.cells_per_reach,
-        x_cells_per_reach=_LAYOUT.x_cells_per_reach,
-        chunk=_LAYOUT.chunk,
-    )
+    cells = _cell_list(positions, reach)
     own_f = own.astype(positions.dtype)
     weight = masses * (1.0 - 0.5 * own_f)
     sums = _short_sum(cells, {"x": positions, "w": weight, **_pair_features(r_s, reach)})
@@ -348,10 +357,10 @@ class _OneDevice:
     pairs = staticmethod(_pairs)
 
 
-ONE_DEVICE = _OneDevice()
+_ONE_DEVICE = _OneDevice()
 
 
-class Shares(NamedTuple):
+class _Shares(NamedTuple):
     """The estimate's reductions over the shares of a set sharded over the
     mesh axis `axis_name` of `n_devices` (inside `jax.shard_map`, each
     device `rows` stars): sums by `psum`, order statistics by a bitwise
@@ -403,29 +412,25 @@ def _sortable(values):
     )
 
 
-def order_statistics(values, ranks, shares: Shares):
+def order_statistics(values, ranks, shares: _Shares):
     r"""The values of ranks `ranks` (R,) (0-based, ascending) of each column
     of `values` (n, C), over the whole set of `shares`: (R, C).
 
-    Each one is found bit by bit, from the top, as the largest key $t$ with
-    at most `rank` keys below it (one `psum` of a count per bit: 32 or 64),
-    over the float's bits read as ordered unsigned integers, so the result is
-    one of the values exactly. Its gradient goes to the stars holding it
-    (shared equally among ties), as a sort's would."""
+    Each one is the largest key $t$ with at most `rank` keys below it, found
+    bit by bit from the top (`_sort.largest_passing`: one `psum` of a count
+    per bit, 32 or 64), over the float's bits read as ordered unsigned
+    integers, so the result is one of the values exactly. Its gradient goes
+    to the stars holding it (shared equally among ties), as a sort's would
+    (`ring.held_value`)."""
     keys = _sortable(jax.lax.stop_gradient(values))
-    width = 8 * values.dtype.itemsize
     ranks = ranks[:, None]
 
-    def bit(i, t):
-        trial = t | (jnp.ones_like(t) << (width - 1 - i).astype(t.dtype))
-        below = shares.total(jnp.sum(keys[:, None, :] < trial[None], axis=0, dtype=jnp.int32))
-        return jnp.where(below <= ranks, trial, t)
+    def accept(t):
+        return shares.total(jnp.sum(keys[:, None, :] < t[None], axis=0, dtype=jnp.int32)) <= ranks
 
-    start = jnp.zeros((ranks.shape[0], values.shape[1]), keys.dtype)
-    found = jax.lax.fori_loop(0, width, bit, start)
-    holds = keys[:, None, :] == found[None]
-    total = shares.total(jnp.sum(jnp.where(holds, values[:, None, :], 0.0), axis=0))
-    return total / shares.total(jnp.sum(holds, axis=0, dtype=values.dtype))
+    like = jnp.zeros((ranks.shape[0], values.shape[1]), keys.dtype)
+    found = largest_passing(accept, 8 * values.dtype.itemsize, like)
+    return held_value(keys, found, values, shares.total)
 
 
 def _ring_pairs(positions, masses, own, r_s, reach, axis_name: str, n_devices: int):
@@ -450,18 +455,11 @@ def _ring_pairs(positions, masses, own, r_s, reach, axis_name: str, n_devices: i
     reach = jax.lax.stop_gradient(reach)  # which candidates are listed
     lo = jnp.min(jnp.where(own[:, None], fixed, inf), axis=0) - reach
     hi = jnp.max(jnp.where(own[:, None], fixed, -inf), axis=0) + reach
-    receive_from_next = [(d, (d - 1) % n_devices) for d in range(n_devices)]
+    receive_from_next = ring_permutation(n_devices, -1)
 
     def read(x_v, w_v):
         xs = jnp.concatenate([positions, x_v])
-        cells = build_cell_list(
-            jax.lax.stop_gradient(xs),
-            reach,
-            cells_per_reach=_LAYOUT.cells_per_reach,
-            x_cells_per_reach=_LAYOUT.x_cells_per_reach,
-            chunk=_LAYOUT.chunk,
-            query=query,
-        )
+        cells = _cell_list(xs, reach, query)
         ws = jnp.concatenate([jnp.zeros_like(w_v), w_v])
         return _short_sum(cells, {"x": xs, "w": ws, **shared})[:n, 0].astype(masses.dtype)
 
@@ -480,7 +478,7 @@ def _ring_pairs(positions, masses, own, r_s, reach, axis_name: str, n_devices: i
 
 
 def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnose=False, across=None):
-    across = ONE_DEVICE if across is None else across
+    across = _ONE_DEVICE if across is None else across
     lv = _Levels(positions, n_levels, n_grid, split, cutoff, quantile, across)
     dtype = positions.dtype
     spectra = _mesh_spectra(n_grid, split, dtype)
@@ -513,13 +511,7 @@ def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnos
         u_pairs = across.pairs(x, jnp.where(take, masses, 0.0), own, r_s, reach)
         out = (u_mesh, u_pairs)
         if diagnose:
-            cells = build_cell_list(
-                jax.lax.stop_gradient(x),
-                reach,
-                cells_per_reach=_LAYOUT.cells_per_reach,
-                x_cells_per_reach=_LAYOUT.x_cells_per_reach,
-            )
-            out += (jnp.sum(candidate_counts(cells)),)
+            out += (jnp.sum(candidate_counts(_cell_list(x, fixed_reach))),)
         return total + u_mesh + u_pairs, out
 
     total, parts = jax.lax.scan(level, jnp.zeros((), dtype), per_level)
@@ -569,7 +561,10 @@ def ring_mesh_pair_energy(
     r"""`mesh_pair_energy` of a set sharded over a device mesh, from one
     device's share (inside `jax.shard_map` over the mesh axis `axis_name` of
     `n_devices`, every device the same number of stars); the same U on every
-    device.
+    device. Differentiable in the positions and masses in a `shard_map`
+    with its type check on (the default; with `check_vma=False` a `psum`
+    transposes to another `psum` and every gradient comes out D times too
+    large).
 
     The same estimate of the whole set (the levels and meshes of the whole
     n): the cubes' centre and half-side are the whole set's median and
@@ -583,7 +578,7 @@ def ring_mesh_pair_energy(
     """
     rows = masses.shape[0]
     n = rows * n_devices
-    shares = Shares(axis_name, n_devices, rows)
+    shares = _Shares(axis_name, n_devices, rows)
     return _parts(
         positions, masses, mesh_levels(n), mesh_cells(n), float(split), float(cutoff), float(quantile), across=shares
     )

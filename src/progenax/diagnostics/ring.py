@@ -9,9 +9,12 @@ sort, O(N log(N/D)) for the searches, O(N/D) memory.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
+from .._mesh import ring_permutation
 from .._sort import radial_order
 from .._types import Array
 
@@ -32,7 +35,7 @@ def ring_mass_inside(r2: Array, masses: Array, axis_name: str, n_devices: int) -
     order = radial_order(r2)
     r2_sorted, m_sorted = r2[order], masses[order]
     cumulative = jnp.cumsum(m_sorted)
-    receive_from_next = [(d, (d - 1) % n_devices) for d in range(n_devices)]
+    receive_from_next = ring_permutation(n_devices, -1)
 
     def visit(carry, _):
         share_r2, share_cumulative, inside = carry
@@ -46,14 +49,15 @@ def ring_mass_inside(r2: Array, masses: Array, axis_name: str, n_devices: int) -
     return order, r2_sorted, inside
 
 
-def _pick(key: Array, at: Array, values: Array, axis_name: str) -> Array:
-    """The value of `values` (n,) at the star(s) whose `key` equals each of
-    `at` (F,), over the whole set (the mean over ties): the gradient goes to
-    those stars, as an index into a sorted array would send it."""
-    holds = key[None, :] == at[:, None]
-    total = jax.lax.psum(jnp.sum(jnp.where(holds, values[None, :], 0.0), axis=1), axis_name)
-    count = jax.lax.psum(jnp.sum(holds, axis=1, dtype=values.dtype), axis_name)
-    return total / jnp.where(count > 0, count, 1.0)
+def held_value(keys: Array, at: Array, values: Array, total) -> Array:
+    """The value of `values` (n, C) at the stars whose `keys` (n, C) equal
+    each of `at` (R, C) (size-1 columns broadcast), over the whole set (`total`: the sum over the
+    devices; the mean over ties): (R, C). The gradient goes to those stars,
+    as an index into a sorted array would send it."""
+    holds = keys[:, None, :] == at[None]
+    found = total(jnp.sum(jnp.where(holds, values[:, None, :], 0.0), axis=0))
+    count = total(jnp.sum(holds, axis=0, dtype=values.dtype))
+    return found / jnp.where(count > 0, count, 1.0)
 
 
 def ring_weighted_quantiles(values: Array, weights: Array, fractions: Array, axis_name: str, n_devices: int) -> Array:
@@ -66,7 +70,9 @@ def ring_weighted_quantiles(values: Array, weights: Array, fractions: Array, axi
     ends held flat. `values` (n,) non-negative (radii), `weights` (n,), of
     which the zero ones (a layout's padding) are no interpolation points;
     `fractions` (F,). Differentiable in the values and the weights, as the
-    one-device quantile is."""
+    one-device quantile is, in a `shard_map` with its type check on (the
+    default; with `check_vma=False` a `psum` transposes to another `psum`
+    and every gradient comes out D times too large)."""
     order, v_sorted, inside = ring_mass_inside(values, weights, axis_name, n_devices)
     w_sorted = weights[order]
     cum = (inside + 0.5 * w_sorted) / jax.lax.psum(jnp.sum(w_sorted), axis_name)
@@ -75,8 +81,10 @@ def ring_weighted_quantiles(values: Array, weights: Array, fractions: Array, axi
     inf = jnp.asarray(jnp.inf, key.dtype)
     c_lo = jax.lax.pmax(jnp.max(jnp.where(key <= f, key, -inf), axis=1), axis_name)
     c_hi = jax.lax.pmin(jnp.min(jnp.where(key > f, key, inf), axis=1), axis_name)
-    lo_c, hi_c = _pick(key, c_lo, cum, axis_name), _pick(key, c_hi, cum, axis_name)
-    lo_v, hi_v = _pick(key, c_lo, v_sorted, axis_name), _pick(key, c_hi, v_sorted, axis_name)
+    total = functools.partial(jax.lax.psum, axis_name=axis_name)
+    at = jnp.stack([c_lo, c_hi], axis=1)  # (F, 2): both ends of each fraction's interval
+    lo_c, hi_c = held_value(key[:, None], at, cum[:, None], total).T
+    lo_v, hi_v = held_value(key[:, None], at, v_sorted[:, None], total).T
     dx = hi_c - lo_c
     flat = jnp.abs(dx) <= jnp.spacing(jnp.finfo(dx.dtype).eps)  # as jnp.interp: no NaN gradient
     inner = jnp.where(flat, lo_v, lo_v + ((fractions - lo_c) / jnp.where(flat, 1.0, dx)) * (hi_v - lo_v))

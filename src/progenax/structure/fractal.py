@@ -45,7 +45,8 @@ last generation's redraw), and it compiles to a few integer operations
 CPU). Velocity noise: Box-Muller in float32 arithmetic from 24-bit uniforms
 (tails to 6.6 sigma).
 
-**On a device mesh** (`box_fractal_share`, inside `jax.shard_map`): every
+**On a device mesh** of D devices (in this paragraph D counts devices;
+`box_fractal_share`, inside `jax.shard_map`): every
 device grows the top of the tree alike, from the same seeds, on an array of
 `TOP_CELLS_PER_DEVICE` D slots, until the next generation would overflow it
 (or the growth stops); device d then takes the living cells (d c / D) to
@@ -67,9 +68,9 @@ a coarser generation, with fewer candidates: still exactly n / D rows of
 distinct stars, but not the one-device cluster). That needs one device to
 hold twice the mean share of a generation; the share is the sum of the
 subtrees of its K >= `TOP_CELLS_PER_DEVICE` / 8 (in practice 170 to 340 on
-eight devices) cells, each of relative spread ~0.55 at D = 1.6, so its own
+eight devices) cells, each of relative spread ~0.55 at fractal dimension 1.6, so its own
 relative spread is ~0.55 / sqrt(K) < 0.05 (measured over 30 keys on eight
-devices at n = 2e4 and 1e5, D = 1.6 and 2.6: the largest device held 1.07
+devices at n = 2e4 and 1e5, dimensions 1.6 and 2.6: the largest device held 1.07
 times the mean): 20 standard deviations, never seen.
 
 **Radial remap.** `remap_to_plummer` (used by `progenax.fractal_builder`) keeps the angular positions and the radial
@@ -96,6 +97,7 @@ inference. r_h, alpha and Q are fully differentiable.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -104,7 +106,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._mesh import vary_like
+from .._mesh import check_divides, ring_permutation, vary_like
+from .._sort import largest_passing
 from .._types import Array, ArrayLike, Key
 from ..diagnostics.ring import ring_mass_inside
 from ..profiles.plummer import plummer_sample_radii, plummer_scale_radius
@@ -291,11 +294,7 @@ def _threshold(keys, n, total=_ONE_DEVICE.total):
     positive), the keys counted over the devices by `total`: a 32-step bitwise
     search, linear time, no sort."""
 
-    def bit(i, t):
-        trial = t | (jnp.uint32(1) << (31 - i).astype(jnp.uint32))
-        return jnp.where(total(jnp.sum(keys >= trial)) >= n, trial, t)
-
-    return jax.lax.fori_loop(0, 32, bit, jnp.uint32(0))
+    return largest_passing(lambda t: total(jnp.sum(keys >= t)) >= n, 32, jnp.uint32(0))
 
 
 def _place(centres, col, half, seed, counter):
@@ -395,7 +394,7 @@ def _route(fill, rows: int, dtype, axis_name: str, n_devices: int):
     filled there (`fill(buffers, e)`) and passed on around the ring, D - 1
     `ppermute` steps, and e fills its own part last."""
     d = jax.lax.axis_index(axis_name)
-    ring = [(i, (i + 1) % n_devices) for i in range(n_devices)]
+    ring = ring_permutation(n_devices, 1)  # each device's buffer moves on to the next
 
     def visit(buffers, j):
         return jax.lax.ppermute(fill(buffers, (d - 1 - j) % n_devices), axis_name, ring), None
@@ -458,7 +457,7 @@ def _device_slots(target: int, n_devices: int) -> int:
 def box_fractal_share(
     key: Key, n: int, D: ArrayLike, axis_name: str, n_devices: int, *, dtype=None
 ) -> tuple[Array, Array]:
-    """This device's n / D rows of `box_fractal(key, n, D)`, inside `jax.shard_map` over `axis_name`.
+    """This device's rows of `box_fractal(key, n, D)` (n / `n_devices`), inside `jax.shard_map` over `axis_name`.
 
     Every device holds O(n / D) rows (see the module docstring, "On a device
     mesh"): the same stars as `box_fractal` on one device, bit for bit, unless
@@ -471,8 +470,7 @@ def box_fractal_share(
     **Returns:** `(positions, velocities)`, each (n / D, 3): rows d n/D to
     (d + 1) n/D - 1 of the n on device d.
     """
-    if n % n_devices:
-        raise ValueError(f"n must be a multiple of the mesh's {n_devices} devices, got n = {n}")
+    check_divides(n, n_devices)
     dtype, target, threshold, seeds = _settings(key, n, D, dtype)
     top = _root(_whole_chunks(min(target, TOP_CELLS_PER_DEVICE * n_devices)), dtype)
     top = _grow(top, seeds, threshold, target, _ONE_DEVICE)
@@ -538,10 +536,12 @@ def remap_to_plummer_share(
     shares passed once around the ring), so the result is the one-device
     remap's but for the order of the additions (and stars at exactly the same
     radius on two devices, a set of measure zero). Gradients as there: through
-    the radii (r_h and every device's masses), centres and directions.
+    the radii (r_h and every device's masses), centres and directions, in a
+    `shard_map` with its type check on (the default; with `check_vma=False`
+    a `psum` transposes to another `psum`: gradients D times too large).
     """
     a = plummer_scale_radius(r_h)
-    total = lambda s: jax.lax.psum(s, axis_name)  # noqa: E731
+    total = functools.partial(jax.lax.psum, axis_name=axis_name)
 
     def fractions(r2):
         order, _, inside = ring_mass_inside(r2, masses, axis_name, n_devices)
