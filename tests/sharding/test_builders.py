@@ -7,8 +7,8 @@ after the exact scaling and the total momentum. float32 ring: 1e-5 (a few
 hundred ulp of a sum of ~1e3 terms; measured 7e-8). The nested-mesh U
 over the ring against one device: round-off (the same pair terms in
 another order: the pair function ignores candidates beyond the reach, so
-the cell grids do not matter; measured 2.5e-16, gradients 9e-16; float32
-1.3e-7). Statistics: the
+the cell grids do not matter; measured 5e-16 at most, gradients 1e-15;
+float32 9e-7). Statistics: the
 two-sample Kolmogorov-Smirnov distance between the sharded and the
 one-device clusters of n stars each (the DF's own velocities, Q=None:
 independent draws; a Q scaling would multiply every speed by one random
