@@ -97,7 +97,6 @@ inference. r_h, alpha and Q are fully differentiable.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -459,7 +458,7 @@ def box_fractal_share(
 ) -> tuple[Array, Array]:
     """This device's rows of `box_fractal(key, n, D)` (n / `n_devices`), inside `jax.shard_map` over `axis_name`.
 
-    Every device holds O(n / D) rows (see the module docstring, "On a device
+    Every device holds O(n / `n_devices`) rows (see the module docstring, "On a device
     mesh"): the same stars as `box_fractal` on one device, bit for bit, unless
     a device's part of the tree would overflow its array first (then the
     growth stops a generation early on all, the stars are one generation
@@ -467,8 +466,8 @@ def box_fractal_share(
     seen). `key` and `D` are the same on every device; n must be a multiple of
     `n_devices`.
 
-    **Returns:** `(positions, velocities)`, each (n / D, 3): rows d n/D to
-    (d + 1) n/D - 1 of the n on device d.
+    **Returns:** `(positions, velocities)`, each (n / `n_devices`, 3): rows
+    d n / `n_devices` to (d + 1) n / `n_devices` - 1 of the n on device d.
     """
     check_divides(n, n_devices)
     dtype, target, threshold, seeds = _settings(key, n, D, dtype)
@@ -541,7 +540,7 @@ def remap_to_plummer_share(
     a `psum` transposes to another `psum`: gradients D times too large).
     """
     a = plummer_scale_radius(r_h)
-    total = functools.partial(jax.lax.psum, axis_name=axis_name)
+    total = _mesh_reductions(axis_name, n_devices).total
 
     def fractions(r2):
         order, _, inside = ring_mass_inside(r2, masses, axis_name, n_devices)
