@@ -9,7 +9,7 @@ time on a loaded machine), and the cell list's
 pair slots per particle against the exact neighbour count. Each case runs in
 its own process so peak memory (ru_maxrss) is per case.
 
-    python benchmarks/relax.py --case plummer --n 100000 --steps 100
+    python benchmarks/relax.py --case plummer --n 100000 --steps 30
     python benchmarks/relax.py --case plummer --n 2000 --steps 200    # small N (the CLI's 200 steps)
     python benchmarks/relax.py --case all
     python benchmarks/relax.py --memory --n 100000 --steps 100   # gradient vs forward peak RSS
@@ -212,11 +212,12 @@ def main(argv=None):
             print(f"{mode:<9} N={n} steps={steps}: wall {r['wall_s']:.1f} s, peak RSS {r['peak_rss_gb']:.2f} GB")
         print(f"gradient / forward peak memory: {peaks['gradient'] / peaks['forward']:.2f}")
         return
-    # The King W0 = 9 cluster (h spans 30x) converges more slowly than the
-    # Plummer sphere: rms inside 3 r_h 5.8% after 100 steps, 3.7% after 200,
-    # 2.4% to 3.2% after 400 (one core / two: the summation order differs),
-    # 2.45% after 600 (N = 100,000, seed 0); so its default here is 600 steps.
-    defaults = {"box2d": (10_000, 200), "box3d": (32**3, 200), "plummer": (100_000, 100), "king9": (100_000, 600)}
+    # Clusters at the steps of the targets (Plummer <= 2.5% in <= 30 s,
+    # King W0 = 9 <= 3% in <= 200 steps): with the open-space defaults
+    # (`sph.relaxation.OPEN`) Plummer reaches 1.3% after 30 steps and King
+    # W0 = 9 (h spans 30x) 1.3% after 100 (N = 100,000, seed 0); with the
+    # box's momentum it took 100 steps to 1.95% and 200 to 3.9%.
+    defaults = {"box2d": (10_000, 200), "box3d": (32**3, 200), "plummer": (100_000, 30), "king9": (100_000, 100)}
     if args.child:
         n, steps = args.n, args.steps
         result = run_case(args.case, n, steps)

@@ -118,7 +118,9 @@ def _build(mesh, n_devices: int, n: int, memory) -> dict:
 
 def _run(n_devices: int, args) -> dict:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}".strip()
+    from progenax.sharding import simulate_cpu_devices
+
+    simulate_cpu_devices(n_devices, env)
     command = [sys.executable, __file__, "--child", str(n_devices), "--per-device", str(args.per_device)]
     command += ["--memory-n", str(args.memory_n), "--repeats", str(args.repeats), "--build", str(args.build)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

@@ -9,6 +9,7 @@ import pytest
 from scipy import integrate, special, stats
 
 from progenax.profiles.eff import (
+    eff_central_density,
     eff_density,
     eff_mass_fraction,
     eff_projected_half_mass_radius,
@@ -145,6 +146,7 @@ def test_density_integrates_to_total_mass(gamma, r_t):
         if hi > lo
     )
     np.testing.assert_allclose(mass, total, rtol=1e-9)
+    np.testing.assert_allclose(eff_central_density(gamma, a, total, r_t), rho(0.0), rtol=1e-15)
     if r_t is not None:
         assert density(1.01 * edge, gamma, a, total, r_t)[0] == 0.0
     # dM/dr = 4 pi r^2 rho, with M from the series and the derivative from autodiff.

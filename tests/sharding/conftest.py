@@ -1,8 +1,8 @@
 """Running `_worker.py` on simulated devices, and the tolerance of its checks.
 
 Each check runs `_worker.py` in a subprocess whose CPU is split into 4 or 8
-simulated devices (`--xla_force_host_platform_device_count`, which must be
-set before jax starts), in float64; the 4- and 8-device checks are separate
+simulated devices (`progenax.sharding.simulate_cpu_devices`: the device
+count, and a collective wait long enough for two loaded cores), in float64; the 4- and 8-device checks are separate
 files so that the suite's two workers can run them side by side.
 
 Tolerance: 1e-12 relative to the largest entry. The sharded and one-device
@@ -29,13 +29,15 @@ import sys
 
 import pytest
 
+from progenax.sharding import simulate_cpu_devices
+
 WORKER = pathlib.Path(__file__).with_name("_worker.py")
 TOLERANCE = 1e-12
 
 
 def _run_worker(n_devices: int, *cases: str) -> dict:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}".strip()
+    simulate_cpu_devices(n_devices, env)
     env["JAX_ENABLE_X64"] = "1"
     done = subprocess.run(
         [sys.executable, str(WORKER), *cases], env=env, capture_output=True, text=True, timeout=900, check=False

@@ -19,6 +19,7 @@ from progenax.sph.relax import (
     smoothing_lengths,
     tracer_masses,
 )
+from progenax.sph.relaxation import OPEN, PERIODIC
 
 
 def test_uniform_periodic_box_relaxes():
@@ -247,6 +248,24 @@ def test_turbulent_gas_relaxes_without_error():
 def test_relax_settings_refuse_bad_values_naming_them(field, value):
     with pytest.raises(ValueError, match=field):
         RelaxSettings(**{field: value})
+
+
+def test_optimiser_defaults_follow_the_boundary_and_keep_given_values():
+    """Step size, momentum and trust radius left None take `OPEN` in open space
+    and `PERIODIC` in a box; a given value is kept; `make_relaxation` resolves
+    them (a problem with a box steps with the box's momentum)."""
+    unset = RelaxSettings(steps=3)
+    assert (unset.step_size, unset.momentum, unset.max_step) == (None, None, None)
+    for periodic, defaults in ((False, OPEN), (True, PERIODIC)):
+        chosen = unset.for_boundary(periodic)
+        assert (chosen.step_size, chosen.momentum, chosen.max_step) == tuple(defaults)
+        mine = RelaxSettings(steps=3, momentum=0.25).for_boundary(periodic)
+        assert (mine.step_size, mine.momentum, mine.max_step) == (defaults.step_size, 0.25, defaults.max_step)
+    assert OPEN != PERIODIC
+    target = lambda x: jnp.ones(x.shape[:1])
+    for box, defaults in ((None, OPEN), (jnp.ones(2), PERIODIC)):
+        _, step = make_relaxation(RelaxProblem(jnp.ones(4), target, box, ()), unset)
+        assert step.settings.momentum == defaults.momentum
 
 
 def test_projections_keep_what_they_promise():

@@ -261,9 +261,29 @@ def eff_density(
     `eff_mass_fraction`.
     """
     gamma, r_t, a, total_mass = _checked(gamma, r_t, a=a, total_mass=total_mass)
-    q = jnp.asarray(r) / a
+    return eff_density_from_centre(r, _central_density(gamma, a, total_mass, r_t), gamma, a, r_t)
+
+
+def eff_central_density(gamma: ArrayLike, a: ArrayLike, total_mass: ArrayLike, r_t: ArrayLike | None = None) -> Array:
+    r"""$\rho_0 = \rho(0) = M / (2\pi a^3 m_t)$ (mass / length$^3$; $m_t$ as in
+    `eff_density`): the normaliser a model evaluated at many radii computes once
+    (`eff_density_from_centre`). Arguments as in `eff_density`."""
+    gamma, r_t, a, total_mass = _checked(gamma, r_t, a=a, total_mass=total_mass)
+    return _central_density(gamma, a, total_mass, r_t)
+
+
+def _central_density(gamma: Array, a: Array, total_mass: Array, r_t: Array | None) -> Array:
     shape = _Shape(gamma, None if r_t is None else r_t / a)
-    rho = total_mass / (2.0 * jnp.pi * a**3 * shape.m_t) * jnp.exp(-0.5 * (gamma + 1.0) * jnp.log1p(q**2))
+    return total_mass / (2.0 * jnp.pi * a**3 * shape.m_t)
+
+
+def eff_density_from_centre(
+    r: ArrayLike, rho0: ArrayLike, gamma: ArrayLike, a: ArrayLike, r_t: ArrayLike | None = None
+) -> Array:
+    r"""$\rho(r) = \rho_0 (1 + r^2/a^2)^{-(\gamma+1)/2}$, zero beyond $r_t$, given the
+    central density `rho0` (`eff_central_density`); no checks (the caller's)."""
+    q = jnp.asarray(r) / a
+    rho = rho0 * jnp.exp(-0.5 * (gamma + 1.0) * jnp.log1p(q**2))
     return rho if r_t is None else jnp.where(jnp.asarray(r) <= r_t, rho, 0.0)
 
 

@@ -9,12 +9,15 @@
   `slab_density_loss` on layout arrays; `measure_halo`; `particle_mesh`.
 - `relax` (relax.py): `progenax.sph.relax`'s step over a mesh, re-cut
   between blocks of steps.
+- `simulate_cpu_devices` (cpu.py): split one CPU into XLA devices, to try a
+  mesh without accelerators.
 - The builders' own `mesh=` (`progenax.builders.sharded`) draws a cluster
   over the same kind of mesh (`particle_mesh`), each device its share.
 
 docs/scaling.md shows how to run it on several devices and hosts.
 """
 
+from .cpu import simulate_cpu_devices as simulate_cpu_devices
 from .density import density as density
 from .density import density_loss as density_loss
 from .density import measure_halo as measure_halo
@@ -45,4 +48,6 @@ __all__ = [
     "slab_density_loss",
     # relaxation
     "relax",
+    # one CPU as several devices
+    "simulate_cpu_devices",
 ]

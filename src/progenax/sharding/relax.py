@@ -190,9 +190,9 @@ def relax(
     mesh=None,
     block: int | None = None,
     eta: float = 1.2,
-    step_size: float = 1.0,
-    momentum: float = 0.9,
-    max_step: float = 0.3,
+    step_size: float | None = None,
+    momentum: float | None = None,
+    max_step: float | None = None,
     kernel: str = "cubic",
     axis: int = 0,
     hops: int | None = None,
@@ -237,7 +237,7 @@ def relax(
     n, dim = x0.shape
     settings = RelaxSettings(
         steps=steps, eta=eta, step_size=step_size, momentum=momentum, max_step=max_step, kernel=kernel, n_bands=1
-    )
+    ).for_boundary(box is not None)
     if box is not None:
         box = jnp.broadcast_to(jnp.asarray(box, x0.dtype), (dim,))
     target_fn, _ = _resolve_target(target, None, box, x0.dtype)

@@ -73,9 +73,9 @@ def relax(
     box: ArrayLike | None = None,
     masses: ArrayLike | None = None,
     eta: float = 1.2,
-    step_size: float = 1.0,
-    momentum: float = 0.9,
-    max_step: float = 0.3,
+    step_size: float | None = None,
+    momentum: float | None = None,
+    max_step: float | None = None,
     velocities: str = "keep",
     keep_radii: bool | None = None,
     key=None,
@@ -97,17 +97,19 @@ def relax(
       pointwise and differentiable (e.g. `profile_density(ic)`, the
       cluster's own smoothed radial profile, for a file without a model).
     - `steps`: number of steps (fixed; a `lax.scan`). 0 returns the input.
-      At N = 100,000 a Plummer sphere reaches 2.3% rms inside 3 r_h after
-      100; a King W0 = 9 cluster 3.7% after the default 200 and 2.5% after
-      600 (`benchmarks/relax.py`). At small N only the inner stars are
-      resolved and move (Plummer, 200 steps: N = 2,000 56.5% to 52.5%,
-      N = 10,000 35.2% to 20.2%; docs/relax.md, "Small clusters").
+      At N = 100,000 a Plummer sphere reaches 1.3% rms inside 3 r_h after
+      30 steps; a King W0 = 9 cluster 1.3% after 100 (`benchmarks/relax.py`).
+      At small N only the inner stars are resolved and move (Plummer, 200
+      steps: N = 2,000 56.5% to 52.7%, N = 10,000 35.2% to 19.3%;
+      docs/relax.md, "Small clusters").
     - `box`: periodic box length (scalar or one per axis), None for open space.
     - `masses`: for a bare positions array: scalar or (N,); default for a
       constant target is rho * volume / N (the target is then reachable).
     - `eta`, `step_size`, `momentum`, `max_step`, `kernel`, `n_bands`,
       `band_ratio`: the optimiser's `RelaxSettings` (`n_bands` default: 1 band
-      for a constant target, 8 otherwise).
+      for a constant target, 8 otherwise; `step_size`, `momentum`,
+      `max_step` default: `sph.relaxation.OPEN` (3, 0.6, 0.2) in open space,
+      `PERIODIC` (1, 0.9, 0.3) in a box).
     - `velocities`: "keep" (default) or "resample" from the model's
       distribution function at the new positions (Plummer, King, LIMEPY;
       needs `key`).

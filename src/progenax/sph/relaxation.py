@@ -31,9 +31,13 @@ particles move (`smoothing_lengths`): in the sparse far halo, where a
 particle's SPH density is mostly its own self term, the slope term would
 otherwise run particles down the profile.
 
+The step size, momentum and trust radius default by boundary
+(`RelaxSettings.for_boundary`): a cluster in open space converges fastest
+with low momentum and a large step held by a tight trust radius (`OPEN`),
+a periodic box needs the momentum for its last polish (`PERIODIC`).
 Measured on a periodic 2D box of 10,000 particles from a uniform random
-start, 200 steps: rms relative density error 0.25% with the default
-settings, 0.34% with (step 0.5, momentum 0.9), 0.78% with (0.3, 0.8); Adam
+start, 200 steps: rms relative density error 0.25% with the box's
+defaults, 0.34% with (step 0.5, momentum 0.9), 0.78% with (0.3, 0.8); Adam
 (optax, cosine-decayed, best of two learning rates) stopped at 1.37%, plain
 gradient descent without momentum at 3.2% after 100 steps, and larger steps
 without the trust radius diverge.
@@ -52,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -86,6 +91,9 @@ class RelaxSettings:
     - `eta` (> 0): smoothing length in local spacings.
     - `step_size` (> 0), `momentum` ([0, 1)): the heavy-ball update.
     - `max_step` (> 0): trust radius, local spacings per step (`LimitStep`).
+    - Each of those three left None takes the default of the problem's
+      boundary (`for_boundary`, which `make_relaxation` calls): `OPEN` for a
+      cluster in open space, `PERIODIC` for a box.
     - `live_scale` (> 0): a particle moves where its h is at most this
       fraction of the target's scale length (`smoothing_lengths`). At
       N = 2,000 (Plummer, 200 steps) 0.75 took the rms error inside 3 r_h
@@ -99,9 +107,9 @@ class RelaxSettings:
 
     steps: int = 200
     eta: float = 1.2
-    step_size: float = 1.0
-    momentum: float = 0.9
-    max_step: float = 0.3
+    step_size: float | None = None
+    momentum: float | None = None
+    max_step: float | None = None
     kernel: str = "cubic"
     n_bands: int = 8
     band_ratio: float = 2.0
@@ -115,11 +123,13 @@ class RelaxSettings:
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         fix("steps", check_static_int("steps", self.steps, 0))
         for name in ("eta", "step_size", "max_step", "live_scale"):
-            fix(name, _positive(name, getattr(self, name)))
+            if getattr(self, name) is not None or name in ("eta", "live_scale"):
+                fix(name, _positive(name, getattr(self, name)))
         m = self.momentum
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0.0 <= m < 1.0):
-            raise ValueError(f"momentum must be in [0, 1), got {m!r}")
-        fix("momentum", float(m))
+        if m is not None:
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0.0 <= m < 1.0):
+                raise ValueError(f"momentum must be in [0, 1), got {m!r}")
+            fix("momentum", float(m))
         get_kernel(self.kernel)  # raises on an unknown name
         fix("n_bands", check_static_int("n_bands", self.n_bands, 1))
         if _positive("band_ratio", self.band_ratio) <= 1.0:
@@ -129,6 +139,40 @@ class RelaxSettings:
         fix("x_cells_per_reach", _optional_int("x_cells_per_reach", self.x_cells_per_reach, 1))
         fix("chunk", _optional_int("chunk", self.chunk, 1))
         fix("groups", check_static_int("groups", self.groups, 1))
+
+    def for_boundary(self, periodic: bool) -> RelaxSettings:
+        """These settings with `step_size`, `momentum` and `max_step` left None
+        taken from `PERIODIC` (a box) or `OPEN` (open space)."""
+        defaults = PERIODIC if periodic else OPEN
+        chosen = {name: getattr(defaults, name) for name in OPTIMISER_FIELDS if getattr(self, name) is None}
+        return dataclasses.replace(self, **chosen)
+
+
+class OptimiserDefaults(NamedTuple):
+    """Heavy-ball defaults for one kind of boundary (`RelaxSettings.for_boundary`)."""
+
+    step_size: float
+    momentum: float
+    max_step: float
+
+
+OPTIMISER_FIELDS = OptimiserDefaults._fields
+
+OPEN = OptimiserDefaults(step_size=3.0, momentum=0.6, max_step=0.2)
+"""A cluster in open space. N = 100,000, rms inside 3 r_h (`benchmarks/relax.py`,
+seed 0): Plummer 33.1% to 1.34% in 30 steps and 40, King W0 = 9 33.0% to 1.34%
+in 100; with `PERIODIC`'s values 10.6% after 30 Plummer steps, 1.95% after 100,
+and King 3.9% after 200. Momentum 0.9, 0.8, 0.7 at (1, 2, 3) times the step
+gave 8.7%, 4.1%, 2.6% after 30 Plummer steps (trust radius 0.2); a trust
+radius of 0.6 overshoots (24.9% at N = 20,000). Small clusters, whose halo
+does not move, are about unchanged (Plummer, 200 steps: N = 10,000 20.2% ->
+19.3%, N = 2,000 52.5% -> 52.7%; docs/relax.md, "Small clusters")."""
+
+PERIODIC = OptimiserDefaults(step_size=1.0, momentum=0.9, max_step=0.3)
+"""A periodic box. 2D, 10,000 particles from a uniform random start: 0.24%
+after 200 steps; `OPEN`'s values stop at 0.67% there (0.57% against 0.13%
+in 3D, 32^3 particles): the last polish of a box needs the momentum. After
+50 steps `OPEN`'s are better (1.26% against 2.57%)."""
 
 
 class RelaxProblem(eqx.Module):
@@ -248,12 +292,13 @@ def make_relaxation(
     `step(state)` the state one step on. Both are pure and differentiable;
     `step` is a pytree (an `equinox.Module`), so `equinox.filter_jit` of a
     function taking it compiles once per problem structure and settings
-    (`run`, and `relax`'s progress loop, share it)."""
+    (`run`, and `relax`'s progress loop, share it). Settings left None take
+    the defaults of the problem's boundary (`RelaxSettings.for_boundary`)."""
 
     def init(positions: Array) -> RelaxState:
         return RelaxState(positions, jnp.zeros_like(positions), jnp.asarray(0, jnp.int32))
 
-    return init, _Step(problem, settings)
+    return init, _Step(problem, settings.for_boundary(problem.box is not None))
 
 
 def _run(step: _Step, state: RelaxState, count: int) -> RelaxState:
