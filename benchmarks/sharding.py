@@ -4,7 +4,7 @@
     python benchmarks/sharding.py --per-device 50000 --memory-n 4000000
 
 For each device count D a subprocess splits the CPU into D simulated devices
-(`--xla_force_host_platform_device_count`, set before jax starts) and, on a
+(`progenax.sharding.simulate_cpu_devices`, set before jax starts) and, on a
 uniform periodic 2D box at fixed particles per device (about 20 neighbours
 each), compiles `jax.jit(jax.grad(sharding.slab_density_loss))`, runs it, and
 prints its wall time and XLA's memory analysis of the compiled program (one

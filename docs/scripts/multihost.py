@@ -31,8 +31,10 @@ NEIGHBOURS = 20  # particles inside the kernel support, on average
 
 def spawn(args) -> None:
     """Start `args.spawn` processes of this script on this machine."""
+    from progenax.sharding import simulate_cpu_devices
+
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
+    simulate_cpu_devices(2, env)
     env["JAX_PLATFORMS"] = "cpu"
     common = [sys.executable, __file__, "--coordinator", "localhost:12355", "--num-processes", str(args.spawn)]
     common += ["--n-per-device", str(args.n_per_device)] + (["--check"] if args.check else [])

@@ -9,8 +9,8 @@ import pytest
 from scipy import integrate, special, stats
 
 from progenax.profiles.eff import (
-    eff_central_density,
     eff_density,
+    eff_density_norm,
     eff_mass_fraction,
     eff_projected_half_mass_radius,
     eff_sample_radii,
@@ -146,7 +146,13 @@ def test_density_integrates_to_total_mass(gamma, r_t):
         if hi > lo
     )
     np.testing.assert_allclose(mass, total, rtol=1e-9)
-    np.testing.assert_allclose(eff_central_density(gamma, a, total, r_t), rho(0.0), rtol=1e-15)
+    if r_t is None:  # the normaliser is Euler's Beta function
+        beta = special.beta(1.5, (gamma - 2.0) / 2.0)
+        np.testing.assert_allclose(eff_density_norm(gamma, a), beta, rtol=1e-13)
+    r = np.array([0.0, 0.5, 2.0]) * a
+    np.testing.assert_array_equal(
+        eff_density(r, gamma, a, total, r_t, norm=eff_density_norm(gamma, a, r_t)), eff_density(r, gamma, a, total, r_t)
+    )
     if r_t is not None:
         assert density(1.01 * edge, gamma, a, total, r_t)[0] == 0.0
     # dM/dr = 4 pi r^2 rho, with M from the series and the derivative from autodiff.

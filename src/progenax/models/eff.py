@@ -34,8 +34,8 @@ from .._types import Array, ArrayLike
 from ..profiles.eff import (
     TRUNCATED_HALF_MASS_MESSAGE,
     UNTRUNCATED_GAMMA_NOTE,
-    eff_central_density,
-    eff_density_from_centre,
+    eff_density,
+    eff_density_norm,
     eff_mass_fraction,
     eff_sample_radii,
     eff_scale_radius,
@@ -110,8 +110,8 @@ class EFF(AbstractClusterModel):
         """The model with its scale radius solved once: what every function and
         sampler below evaluates (each solve of `a` in a graph costs compile time)."""
         a = self.scale_radius
-        rho0 = eff_central_density(self.gamma, a, self.total_mass, self.r_t)
-        return EFFProfile(self.gamma, self.r_h, a, self.r_t, self.total_mass, self.G, rho0, self.ra)
+        norm = eff_density_norm(self.gamma, a, self.r_t)
+        return EFFProfile(self.gamma, self.r_h, a, self.r_t, self.total_mass, self.G, norm, self.ra)
 
     @property
     def outer_radius(self) -> Array | None:
@@ -155,9 +155,9 @@ class EFFProfile(AbstractClusterModel):
     r_t: Array | None
     total_mass: Array
     G: float = eqx.field(static=True)
-    rho0: Array
-    """The central density (Msun pc^-3), computed once: each evaluation of the
-    normaliser's Beta function, differentiated, costs compile time."""
+    density_norm: Array
+    """The density's Beta-function normaliser m_t (`eff_density_norm`), computed
+    once: each evaluation, differentiated, costs compile time."""
     ra: Array | None = None
     mass_table: tuple[Array, Array, Array] | None = None
     """(step, m, dm/dx) of M(<r)/M on x = ln(r/r_h) from `_TABLE_FIRST` (`tabulated`), or None."""
@@ -177,7 +177,7 @@ class EFFProfile(AbstractClusterModel):
         return _radial_mass_fraction(jnp.asarray(r), self)
 
     def density(self, r: ArrayLike) -> Array:
-        return eff_density_from_centre(r, self.rho0, self.gamma, self.a, self.r_t)
+        return eff_density(r, self.gamma, self.a, self.total_mass, self.r_t, norm=self.density_norm)
 
     def potential(self, r: ArrayLike) -> Array:
         return _radial_potential(jnp.asarray(r), self)
@@ -194,7 +194,8 @@ class EFFProfile(AbstractClusterModel):
             q2 = jnp.minimum(q2, (self.r_t / a) ** 2)
             L = jnp.log1p(q2) - jnp.log1p((self.r_t / a) ** 2)  # -Delta <= 0
             outer = jnp.exp(-p * jnp.log1p(q2)) * one_minus_exp_over(p, L)
-        return -self.G * (self.total_mass * inner + 2.0 * jnp.pi * self.rho0 * a**2 * outer)
+        rho0 = self.density(jnp.zeros((), r.dtype))
+        return -self.G * (self.total_mass * inner + 2.0 * jnp.pi * rho0 * a**2 * outer)
 
     def sample_radii(self, key: Array, n: int, dtype) -> Array:
         """Radii (pc) by the closed-form inverse of M(<r) (`eff_sample_radii`)."""

@@ -251,40 +251,40 @@ def eff_mass_fraction(r: ArrayLike, gamma: ArrayLike, a: ArrayLike, r_t: ArrayLi
 
 
 def eff_density(
-    r: ArrayLike, gamma: ArrayLike, a: ArrayLike, total_mass: ArrayLike, r_t: ArrayLike | None = None
+    r: ArrayLike,
+    gamma: ArrayLike,
+    a: ArrayLike,
+    total_mass: ArrayLike,
+    r_t: ArrayLike | None = None,
+    *,
+    norm: ArrayLike | None = None,
 ) -> Array:
     r"""Mass density $\rho(r)$ (mass / length$^3$), zero beyond $r_t$.
 
     $\rho = \dfrac{M}{2\pi a^3 m_t}(1 + r^2/a^2)^{-(\gamma+1)/2}$ with $m_t = B(\frac32,
     \frac{\gamma-2}{2})$ untruncated or $B_{x_t}(\frac32, \frac{\gamma-2}{2})$ truncated, so
     that $\int_0^{r_t} 4\pi r^2\rho\,dr = M$ (`total_mass`). Arguments as in
-    `eff_mass_fraction`.
+    `eff_mass_fraction`; `norm`: $m_t$ when the caller has it
+    (`eff_density_norm`, for a model evaluated at many radii), else computed.
     """
     gamma, r_t, a, total_mass = _checked(gamma, r_t, a=a, total_mass=total_mass)
-    return eff_density_from_centre(r, _central_density(gamma, a, total_mass, r_t), gamma, a, r_t)
-
-
-def eff_central_density(gamma: ArrayLike, a: ArrayLike, total_mass: ArrayLike, r_t: ArrayLike | None = None) -> Array:
-    r"""$\rho_0 = \rho(0) = M / (2\pi a^3 m_t)$ (mass / length$^3$; $m_t$ as in
-    `eff_density`): the normaliser a model evaluated at many radii computes once
-    (`eff_density_from_centre`). Arguments as in `eff_density`."""
-    gamma, r_t, a, total_mass = _checked(gamma, r_t, a=a, total_mass=total_mass)
-    return _central_density(gamma, a, total_mass, r_t)
-
-
-def _central_density(gamma: Array, a: Array, total_mass: Array, r_t: Array | None) -> Array:
-    shape = _Shape(gamma, None if r_t is None else r_t / a)
-    return total_mass / (2.0 * jnp.pi * a**3 * shape.m_t)
-
-
-def eff_density_from_centre(
-    r: ArrayLike, rho0: ArrayLike, gamma: ArrayLike, a: ArrayLike, r_t: ArrayLike | None = None
-) -> Array:
-    r"""$\rho(r) = \rho_0 (1 + r^2/a^2)^{-(\gamma+1)/2}$, zero beyond $r_t$, given the
-    central density `rho0` (`eff_central_density`); no checks (the caller's)."""
+    m_t = _density_norm(gamma, a, r_t) if norm is None else norm
     q = jnp.asarray(r) / a
-    rho = rho0 * jnp.exp(-0.5 * (gamma + 1.0) * jnp.log1p(q**2))
+    rho = total_mass / (2.0 * jnp.pi * a**3 * m_t) * jnp.exp(-0.5 * (gamma + 1.0) * jnp.log1p(q**2))
     return rho if r_t is None else jnp.where(jnp.asarray(r) <= r_t, rho, 0.0)
+
+
+def eff_density_norm(gamma: ArrayLike, a: ArrayLike, r_t: ArrayLike | None = None) -> Array:
+    r"""$m_t$ of `eff_density`: $B(\frac32, \frac{\gamma-2}{2})$ untruncated, the
+    incomplete $B_{x_t}$ truncated (dimensionless; arguments as in
+    `eff_mass_fraction`). It depends on the shape alone, not the mass: each
+    evaluation, differentiated, costs compile time, so a model computes it once."""
+    gamma, r_t, a = _checked(gamma, r_t, a=a)
+    return _density_norm(gamma, a, r_t)
+
+
+def _density_norm(gamma: Array, a: Array, r_t: Array | None) -> Array:
+    return _Shape(gamma, None if r_t is None else r_t / a).m_t
 
 
 def eff_velocity_dispersion(

@@ -15,6 +15,7 @@ much (a sharded fractal build on 4 devices, beside a test run, on 2 cores).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import MutableMapping
 
 COLLECTIVE_TIMEOUT_S = 3600
@@ -22,6 +23,17 @@ COLLECTIVE_TIMEOUT_S = 3600
 before XLA aborts the process (`simulate_cpu_devices`)."""
 
 _FLAG_NAMES = ("xla_force_host_platform_device_count", "xla_cpu_collective_call_terminate_timeout_seconds")
+_TIMEOUT_FLAG_SINCE = (0, 10)
+"""The first jaxlib known here to take the timeout flag (0.10.2 was checked); an
+XLA that does not know a flag in XLA_FLAGS aborts at start-up, so an older one
+gets the device count alone."""
+
+
+def _jaxlib_takes_the_timeout() -> bool:
+    import jaxlib
+
+    major_minor = tuple(int(part) for part in re.findall(r"\d+", jaxlib.__version__)[:2])
+    return major_minor >= _TIMEOUT_FLAG_SINCE
 
 
 def simulate_cpu_devices(
@@ -31,7 +43,8 @@ def simulate_cpu_devices(
     (default `os.environ`; a dict for a subprocess's environment).
 
     Sets `--xla_force_host_platform_device_count` and raises the time a device
-    may wait at a collective (`collective_timeout_s`, module notes); other flags
+    may wait at a collective (`collective_timeout_s`, module notes; with jaxlib
+    0.10 or later, the first known to take that flag); other flags
     in `XLA_FLAGS` are kept, earlier values of these two replaced. In this
     process it works only before JAX's backends start (the first array or
     `jax.devices()`: `RuntimeError` after); `import progenax` starts none.
@@ -45,6 +58,8 @@ def simulate_cpu_devices(
     """
     if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
         raise ValueError(f"n_devices must be a positive int, got {n_devices!r}")
+    if isinstance(collective_timeout_s, bool) or not isinstance(collective_timeout_s, int) or collective_timeout_s < 1:
+        raise ValueError(f"collective_timeout_s must be a positive int, got {collective_timeout_s!r}")
     if environ is None:
         from jax._src import xla_bridge  # no public test of whether the backends started
 
@@ -52,5 +67,7 @@ def simulate_cpu_devices(
             raise RuntimeError("simulate_cpu_devices: JAX's backends have started; call it before any array is made")
         environ = os.environ
     kept = [flag for flag in environ.get("XLA_FLAGS", "").split() if flag.lstrip("-").split("=")[0] not in _FLAG_NAMES]
-    ours = [f"--{_FLAG_NAMES[0]}={n_devices}", f"--{_FLAG_NAMES[1]}={int(collective_timeout_s)}"]
+    ours = [f"--{_FLAG_NAMES[0]}={n_devices}"]
+    if _jaxlib_takes_the_timeout():
+        ours.append(f"--{_FLAG_NAMES[1]}={collective_timeout_s}")
     environ["XLA_FLAGS"] = " ".join(kept + ours)

@@ -213,6 +213,9 @@ def relax(
     - `box`: the periodic box (scalar or one per axis), or None for open
       boundaries (the centre of mass is then held, as `progenax.relax` does).
     - `mesh`: a one-axis mesh (default: every device).
+    - `eta`, `step_size`, `momentum`, `max_step`, `kernel`: as for
+      `progenax.relax` (the last three left None: `sph.relaxation.OPEN` in
+      open space, `PERIODIC` in a box).
     - `block`: steps between re-cuts by count (static; default
       ceil(sqrt(steps))).
     - `axis`, `hops`, `halo`: as in `sharding.density`. None: measured on the

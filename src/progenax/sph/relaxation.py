@@ -36,7 +36,7 @@ The step size, momentum and trust radius default by boundary
 with low momentum and a large step held by a tight trust radius (`OPEN`),
 a periodic box needs the momentum for its last polish (`PERIODIC`).
 Measured on a periodic 2D box of 10,000 particles from a uniform random
-start, 200 steps: rms relative density error 0.25% with the box's
+start, 200 steps: rms relative density error 0.24% with the box's
 defaults, 0.34% with (step 0.5, momentum 0.9), 0.78% with (0.3, 0.8); Adam
 (optax, cosine-decayed, best of two learning rates) stopped at 1.37%, plain
 gradient descent without momentum at 3.2% after 100 steps, and larger steps
@@ -122,8 +122,10 @@ class RelaxSettings:
     def __post_init__(self):
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         fix("steps", check_static_int("steps", self.steps, 0))
-        for name in ("eta", "step_size", "max_step", "live_scale"):
-            if getattr(self, name) is not None or name in ("eta", "live_scale"):
+        for name in ("eta", "live_scale"):
+            fix(name, _positive(name, getattr(self, name)))
+        for name in ("step_size", "max_step"):  # None: the boundary's default (for_boundary)
+            if getattr(self, name) is not None:
                 fix(name, _positive(name, getattr(self, name)))
         m = self.momentum
         if m is not None:
@@ -159,10 +161,12 @@ class OptimiserDefaults(NamedTuple):
 OPTIMISER_FIELDS = OptimiserDefaults._fields
 
 OPEN = OptimiserDefaults(step_size=3.0, momentum=0.6, max_step=0.2)
-"""A cluster in open space. N = 100,000, rms inside 3 r_h (`benchmarks/relax.py`,
-seed 0): Plummer 33.1% to 1.34% in 30 steps and 40, King W0 = 9 33.0% to 1.34%
-in 100; with `PERIODIC`'s values 10.6% after 30 Plummer steps, 1.95% after 100,
-and King 3.9% after 200. Momentum 0.9, 0.8, 0.7 at (1, 2, 3) times the step
+"""A cluster in open space. Measured on Plummer and King W0 = 9 spheres relaxed
+towards their model with the radial hold (`relax`'s default for a model), N =
+100,000, seed 0, rms inside 3 r_h (`benchmarks/relax.py`): Plummer 33.1% to
+1.34% after 30 steps (and after 40), King 33.0% to 1.34% after 100; with
+`PERIODIC`'s values 10.6% after 30 Plummer steps, 1.95% after 100, and King
+3.9% after 200. Momentum 0.9, 0.8, 0.7 at (1, 2, 3) times the step
 gave 8.7%, 4.1%, 2.6% after 30 Plummer steps (trust radius 0.2); a trust
 radius of 0.6 overshoots (24.9% at N = 20,000). Small clusters, whose halo
 does not move, are about unchanged (Plummer, 200 steps: N = 10,000 20.2% ->
