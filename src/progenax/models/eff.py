@@ -110,7 +110,9 @@ class EFF(AbstractClusterModel):
         """The model with its scale radius solved once: what every function and
         sampler below evaluates (each solve of `a` in a graph costs compile time)."""
         a = self.scale_radius
-        norm = eff_density_norm(self.gamma, a, self.r_t)
+        # The parameters were checked when the model was made: checks of a here
+        # would fire before theirs under jit (gamma near 2 makes a non-finite).
+        norm = without_checks(eff_density_norm)(self.gamma, a, self.r_t)
         return EFFProfile(self.gamma, self.r_h, a, self.r_t, self.total_mass, self.G, norm, self.ra)
 
     @property
