@@ -149,7 +149,7 @@ def relax(
         kernel=kernel,
         n_bands=1 if n_bands is None else n_bands,
         band_ratio=band_ratio,
-    ).for_boundary(box is not None)
+    )  # step_size, momentum, max_step left None: make_relaxation takes the boundary's
     ic, x0, m = _positions_and_masses(system)
     n, dim = x0.shape
     dtype = x0.dtype
