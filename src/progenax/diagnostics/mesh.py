@@ -32,9 +32,13 @@ $$\frac1r = g_0(r) + \sum_{k=1}^{K-1} \bigl[g_k(r) - g_{k-1}(r)\bigr] + \frac{\o
   the overflow-free cell list and pair-sum engine of `progenax.neighbours`
   (farther candidates it offers are left out, so that the sum does not
   depend on the cells it reads: the same on one device or many); one cell list
-  per level, holding the stars of that level and the deeper ones within reach
-  of the next cube's faces. The others are parked, massless, on a lattice
-  beside the cube. The short kernel fades to 0 over the last 10% of the
+  per level, whose queries are the stars of that level and whose sources are
+  those and the deeper ones within reach of the next cube's faces. The list's
+  grid spans the queries only (their bounding box and the reach); the other
+  stars are parked, massless, at one point beyond it, so they are never read
+  and do not widen the grid (which would coarsen its cells: parked on a
+  lattice beside the cube, as before, they read 1.74 times the candidates
+  of a 1e5-star fractal). The short kernel fades to 0 over the last 10% of the
   cutoff (4.5 $s$; where the fade starts it is 0.42% of $1/r$).
   Its gradient is the engine's reverse pass (one more pass over the same
   candidates, O(n) residuals): plain reverse mode through the cell list's
@@ -290,10 +294,11 @@ def _pairs(positions, masses, own, r_s, reach):
     star, each pair once: $\sum_i m_i [\mathrm{own}_i] e_i$ with
     $e_i = \sum_j m_j (1 - \frac12 [\mathrm{own}_j]) \phi(r_{ij})$ over i's
     candidates (a pair of two own stars is met from both ends, so each end
-    takes half). Differentiable in the positions, masses, r_s and the reach
-    (the kernel's fade) through the engine's reverse pass; the cell list is
-    built at the reach without its gradient."""
-    cells = _cell_list(positions, reach)
+    takes half). Only the own stars are queries. Differentiable in the
+    positions, masses, r_s and the reach (the kernel's fade) through the
+    engine's reverse pass; the cell list is built at the reach without its
+    gradient."""
+    cells = _cell_list(positions, reach, own)
     own_f = own.astype(positions.dtype)
     weight = masses * (1.0 - 0.5 * own_f)
     sums = _short_sum(cells, {"x": positions, "w": weight, **_pair_features(r_s, reach)})
@@ -301,16 +306,13 @@ def _pairs(positions, masses, own, r_s, reach):
 
 
 def _park(positions, take, centre, half, reach):
-    """Positions for one level's cell list: stars not taking part are put on a
-    lattice of spacing > reach beside the cube (massless there), so they add
-    neither candidates nor grid extent."""
-    n = positions.shape[0]
-    side = max(1, math.ceil(n ** (1.0 / 3.0) - 1e-9))
-    rank = jnp.cumsum(~take) - 1
-    lattice = jnp.stack([rank % side, (rank // side) % side, rank // (side * side)], axis=1)
-    corner = centre + half + 2.0 * reach
-    parked = corner + 1.01 * reach * lattice.astype(positions.dtype)
-    return jnp.where(take[:, None], positions, jax.lax.stop_gradient(parked))
+    """Positions for one level's cell list: stars not taking part are put,
+    massless, at one point off the grid of the level's queries, so they are
+    never candidates. The queries lie in the cube, so the grid ends less than
+    one cell past half + reach from the centre along each axis, and no cell
+    is wider than the grid's extent, 2 (half + reach)."""
+    far = centre + 4.0 * (half + reach)
+    return jnp.where(take[:, None], positions, jax.lax.stop_gradient(far))
 
 
 def _outside(positions, masses, inside, across):
@@ -511,7 +513,7 @@ def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnos
         u_pairs = across.pairs(x, jnp.where(take, masses, 0.0), own, r_s, reach)
         out = (u_mesh, u_pairs)
         if diagnose:
-            out += (jnp.sum(candidate_counts(_cell_list(x, fixed_reach))),)
+            out += (jnp.sum(candidate_counts(_cell_list(x, fixed_reach, own))),)
         return total + u_mesh + u_pairs, out
 
     total, parts = jax.lax.scan(level, jnp.zeros((), dtype), per_level)
