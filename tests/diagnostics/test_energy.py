@@ -243,3 +243,36 @@ def test_a_clusters_energy_method_follows_its_model():
         clumpy = eqx.tree_at(lambda c: c.model, large, other, is_leaf=lambda x: x is None)
         assert clumpy.energy_method == "auto"
     assert plummer_builder(0, n=100, imf="equal").energy_method == "auto"
+
+
+def test_mesh_pairs_read_only_the_levels_stars(small_fractal, monkeypatch):
+    # Each level's cell list lists runs for that level's own stars only, and
+    # every candidate it offers is a star taking part in the level: the
+    # others, parked off the queries' grid, are never read (parked on a
+    # lattice beside the cube they had widened the grid and been read).
+    from progenax.diagnostics import mesh as M
+
+    x, m = small_fractal
+    n = m.shape[0]
+    lv = M._Levels(x, M.mesh_levels(n), M.mesh_cells(n), 1.0, 4.5, 1e-3, M._ONE_DEVICE)
+    level, dist = np.asarray(lv.level), np.asarray(lv.dist)
+    seen_deeper = 0
+    for k in range(lv.n_levels - 1):
+        own = level == k
+        take = own | ((level > k) & (dist > float(lv.half[k + 1] - lv.reach[k])))
+        parked = M._park(x, jnp.asarray(take), lv.centre, lv.half[k], lv.reach[k])
+        lists = []
+        engine = M._short_sum
+        monkeypatch.setattr(M, "_short_sum", lambda cells, features: lists.append(cells) or engine(cells, features))
+        M._pairs(parked, jnp.where(take, m, 0.0), jnp.asarray(own), lv.r_s[k], lv.reach[k])
+        monkeypatch.setattr(M, "_short_sum", engine)
+        (cells,) = lists
+        order = np.asarray(cells.order)
+        begin, length = np.asarray(cells.run_begin), np.asarray(cells.run_length)
+        assert not np.any(length[~own[order]]), k
+        read = np.zeros(n, bool)
+        for b, c in zip(begin[length > 0], length[length > 0]):
+            read[order[b : b + c]] = True
+        assert not np.any(read & ~take), k
+        seen_deeper += int(np.sum(read & take & ~own))
+    assert seen_deeper > 0  # the deeper stars near the faces are read as sources
