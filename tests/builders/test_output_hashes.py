@@ -37,7 +37,7 @@ jax.config.update("jax_enable_x64", True)
 
 import progenax  # noqa: E402
 
-TEST_ONLY_XLA_FLAG_PREFIXES = ("--xla_cpu_use_fusion_emitters",)
+TEST_ONLY_XLA_FLAG_PREFIXES = ("--xla_cpu_use_fusion_emitters", "--xla_backend_optimization_level")
 FIXTURE = pathlib.Path(__file__).parent.parent / "data" / "builder_hashes.json"
 KEYS = (0, 12345)
 N = 300

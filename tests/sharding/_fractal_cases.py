@@ -20,6 +20,7 @@ host devices and JAX_ENABLE_X64=1); each returns JSON-able figures.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -46,9 +47,13 @@ def _rows(mesh):
     """`box_fractal_share` on `mesh` for (key, n, D): jitted, n / D rows a device."""
     axis, n_devices = mesh.axis_names[0], mesh.devices.size
 
-    def build(key, n, D):
+    @functools.cache
+    def jitted(n, D):  # one trace and compile per (n, D), not one per key
         share = lambda k: box_fractal_share(k, n, D, axis, n_devices)  # noqa: E731
-        return jax.jit(jax.shard_map(share, mesh=mesh, in_specs=P(), out_specs=P(axis)))(key)
+        return jax.jit(jax.shard_map(share, mesh=mesh, in_specs=P(), out_specs=P(axis)))
+
+    def build(key, n, D):
+        return jitted(n, D)(key)
 
     return build
 
