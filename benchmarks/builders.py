@@ -12,6 +12,7 @@ and `king_builder` (W0 = 6, Kroupa IMF, equilibrium velocities) after compile
 (target <= 2 s at n = 1e6), with the unscaled Q of the built cluster.
 
     python benchmarks/builders.py [--sizes 10000 100000 1000000] [--repeats 5]
+    python benchmarks/builders.py --plummer-only [--sizes 1000000] [--repeats 15]
     python benchmarks/builders.py --king-only [--king-sizes 100000 1000000]
     python benchmarks/builders.py --fractal-only [--fractal-sizes 100000 1000000]
     python benchmarks/builders.py --every-builder [--every-sizes 10000 100000]
@@ -111,24 +112,43 @@ def compile_and_time(build, repeats: int):
     return compile_s, statistics.median(times), state
 
 
-def time_progenax(n: int, repeats: int) -> tuple[float, float, float]:
-    build = lambda key: progenax.plummer_builder(key, n=n, r_h=1.0, alpha=2.3, Q=0.5).state
-    compile_s, build_s, state = compile_and_time(build, repeats)
+def plummer_row(n: int, repeats: int) -> tuple[float, float, float, float, float]:
+    """(compile s, median progenax build s, median NumPy s, median of the
+    per-round ratios, built Q) for Plummer + Kroupa + Q = 0.5 at n stars.
+
+    The two run in alternation, one call of each per round, so that a shared
+    machine's changing speed weighs on both alike: the ratio of each round is
+    taken before the median."""
+    build = jax.jit(lambda key: progenax.plummer_builder(key, n=n, r_h=1.0, alpha=2.3, Q=0.5).state)
+    t0 = time.perf_counter()
+    compiled = build.lower(jax.random.PRNGKey(0)).compile()
+    compile_s = time.perf_counter() - t0
+    ours, theirs = [], []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(compiled(jax.random.PRNGKey(i + 1)))
+        ours.append(time.perf_counter() - t0)
+        rng = np.random.default_rng(i)
+        t0 = time.perf_counter()
+        numpy_reference(rng, n)
+        theirs.append(time.perf_counter() - t0)
+    ratio = statistics.median(b / a for a, b in zip(ours, theirs))
     # Spherical W (what the builder scales with above 20,000 stars; "auto" would
     # take the slower mesh estimate meant for substructured clusters).
     method = "exact" if n <= progenax.diagnostics.EXACT_MAX_N else "spherical"
     q = float(virial_ratio(state.positions, state.velocities, state.masses, method=method))
-    return compile_s, build_s, q
+    return compile_s, statistics.median(ours), statistics.median(theirs), ratio, q
 
 
-def time_numpy(n: int, repeats: int) -> float:
-    times = []
-    for i in range(repeats):
-        rng = np.random.default_rng(i)
-        t0 = time.perf_counter()
-        numpy_reference(rng, n)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def plummer_rows(sizes: list[int], repeats: int) -> None:
+    print(f"{'n':>9} {'compile [s]':>12} {'progenax [s]':>13} {'numpy ref [s]':>14} {'ratio':>7} {'Q built':>8}")
+    for n in sizes:
+        compile_s, build_s, ref_s, ratio, q = plummer_row(n, repeats)
+        print(f"{n:>9} {compile_s:>12.2f} {build_s:>13.3f} {ref_s:>14.3f} {ratio:>7.2f} {q:>8.4f}")
+    print("ratio = numpy time / progenax time (above 1: progenax faster), the median of the")
+    print("rounds' ratios: each round times one progenax build and then one NumPy build.")
+    print("Up to n = 20,000 progenax scales Q with the exact pairwise W (O(n^2));")
+    print("the NumPy reference always uses the O(n log n) spherical estimate.")
 
 
 def time_king_solve(repeats: int) -> tuple[float, float]:
@@ -287,6 +307,7 @@ def main() -> None:
     parser.add_argument("--every-sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--every-builder", action="store_true", help="compile and build time of every builder")
     parser.add_argument("--binaries", action="store_true", help="Plummer with and without binaries (--sizes)")
+    parser.add_argument("--plummer-only", action="store_true", help="only the Plummer rows (--sizes)")
     args = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, float64; median of {args.repeats}")
     if args.king_only:
@@ -302,14 +323,9 @@ def main() -> None:
         print(f"progenax from {progenax.__file__}")
         every_builder_rows(args.every_sizes, args.repeats)
         return
-    print(f"{'n':>9} {'compile [s]':>12} {'progenax [s]':>13} {'numpy ref [s]':>14} {'ratio':>7} {'Q built':>8}")
-    for n in args.sizes:
-        compile_s, build_s, q = time_progenax(n, args.repeats)
-        ref_s = time_numpy(n, args.repeats)
-        print(f"{n:>9} {compile_s:>12.2f} {build_s:>13.3f} {ref_s:>14.3f} {ref_s / build_s:>7.2f} {q:>8.4f}")
-    print("ratio = numpy time / progenax time (above 1: progenax faster).")
-    print("Up to n = 20,000 progenax scales Q with the exact pairwise W (O(n^2));")
-    print("the NumPy reference always uses the O(n log n) spherical estimate.")
+    plummer_rows(args.sizes, args.repeats)
+    if args.plummer_only:
+        return
     print()
     king_rows(args.king_sizes, args.repeats)
     print()

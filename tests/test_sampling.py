@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from progenax.kinematics.plummer_df import sample_speed_fraction, speed_fraction_cdf
-from progenax.sampling import inverse_cdf, isotropic_directions, solve_increasing, uniform_open
+from progenax.sampling import inverse_cdf, isotropic_directions, solve_increasing, uniform_open, where_sparse
 
 
 def test_solve_increasing_root_and_implicit_gradient():
@@ -84,3 +84,37 @@ def test_plummer_speed_extreme_tails():
     assert bool(jnp.all((q >= 0) & (q <= 1)))
     residual = jnp.abs(speed_fraction_cdf(jnp.arcsin(q)) - u)
     assert float(residual.max()) < 1e-14
+
+
+def _costly(x, y):
+    # No multiply-add: XLA may contract one into an FMA in one program and not
+    # in another, which would move the last bit between the two paths.
+    return jnp.arcsin(jnp.sin(x) * y)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("fraction", [0.002, 1.0])  # sparse path, and more True than slots (dense path)
+def test_where_sparse_equals_where(dtype, fraction):
+    n = 20_000
+    kx, ky, km = jax.random.split(jax.random.PRNGKey(5), 3)
+    x = jax.random.uniform(kx, (n,), dtype)
+    y = jax.random.uniform(ky, (n,), dtype)
+    mask = jax.random.uniform(km, (n,)) < fraction
+    default = -x
+    expected = jax.jit(lambda m, x, y, d: jnp.where(m, _costly(x, y), d))(mask, x, y, default)
+    got = jax.jit(lambda m, x, y, d: where_sparse(m, _costly, (x, y), d, expected_fraction=0.002, min_size=0))(
+        mask, x, y, default
+    )
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_where_sparse_shape_vmap_and_gradient():
+    x = jax.random.uniform(jax.random.PRNGKey(6), (4, 50, 20))
+    mask = x < 0.01
+    dense = lambda x: jnp.sum(jnp.where(mask, _costly(x, x), x**2))
+    sparse = lambda x: jnp.sum(where_sparse(mask, _costly, (x, x), x**2, expected_fraction=0.01, min_size=0))
+    np.testing.assert_array_equal(np.asarray(sparse(x)), np.asarray(dense(x)))
+    np.testing.assert_allclose(jax.grad(sparse)(x), jax.grad(dense)(x), rtol=1e-14)
+    rows = jax.vmap(lambda m, x: where_sparse(m, _costly, (x, x), x**2, expected_fraction=0.01, min_size=0))(mask, x)
+    np.testing.assert_array_equal(np.asarray(rows), np.asarray(jnp.where(mask, _costly(x, x), x**2)))

@@ -48,15 +48,14 @@ def _theta_quantiles(size: int) -> np.ndarray:
 
 
 def _end_cell_guess(k: Array, w: Array, lo: Array, hi: Array) -> Array:
-    """First guess in quantile cell k at fraction w of the cell.
+    """First guess in end cell k (the first or the last) at fraction w of the cell.
 
     F ~ sin^3(theta) as q -> 0 and 1 - F ~ cos^9(theta) as q -> 1 (to relative
-    order q^2 and cos^2 respectively); elsewhere the secant.
+    order q^2 and cos^2 respectively).
     """
     first = jnp.arcsin(jnp.sin(hi) * w ** (1.0 / 3.0))
     last = jnp.arccos(jnp.cos(lo) * (1.0 - w) ** (1.0 / 9.0))
-    secant = lo + (hi - lo) * w
-    return jnp.where(k == 0, first, jnp.where(hi >= 0.5 * np.pi, last, secant))
+    return jnp.where(k == 0, first, last)
 
 
 def sample_speed_fraction(u: Array, *, table_size: int = 1024, num_steps: int = 3) -> Array:
@@ -68,6 +67,6 @@ def sample_speed_fraction(u: Array, *, table_size: int = 1024, num_steps: int = 
     1e5 draws, `tests/test_sampling.py`), so the default of 3 leaves a margin.
     """
     theta = inverse_cdf_from_quantiles(
-        speed_fraction_cdf, u, _theta_quantiles(table_size), num_steps=num_steps, guess=_end_cell_guess
+        speed_fraction_cdf, u, _theta_quantiles(table_size), num_steps=num_steps, end_guess=_end_cell_guess
     )
     return jnp.sin(theta)
