@@ -13,7 +13,8 @@ docs/benchmarks.md), docs/generated/benchmarks_<script>.txt (the raw output) and
 docs/figures/benchmarks/<script>_*.png.
 
     python docs/scripts/benchmarks_page.py [--repeats 5] [--sizes 10000 100000 1000000]
-        [--sph-sizes 1e4 1e5] [--only builders.py sph.py foundation_figures.py]
+        [--king-sizes 100000 1000000] [--fractal-sizes 100000] [--sph-sizes 1e4 1e5]
+        [--only builders.py sph.py foundation_figures.py]
 """
 
 from __future__ import annotations
@@ -208,6 +209,12 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=["10000", "100000", "1000000"])
     parser.add_argument("--king-sizes", nargs="+", default=["100000", "1000000"])
     parser.add_argument(
+        "--fractal-sizes",
+        nargs="+",
+        default=["100000"],
+        help="n for the fractal rows of benchmarks/builders.py (its own default adds 1e6: minutes per call)",
+    )
+    parser.add_argument(
         "--sph-sizes",
         nargs="+",
         default=["1e4", "1e5"],
@@ -219,10 +226,19 @@ def main() -> None:
     sections = {
         "builders.py": lambda: section(
             "builders.py",
-            ["--sizes", *args.sizes, "--repeats", str(args.repeats), "--king-sizes", *args.king_sizes],
+            [
+                "--sizes",
+                *args.sizes,
+                "--repeats",
+                str(args.repeats),
+                "--king-sizes",
+                *args.king_sizes,
+                "--fractal-sizes",
+                *args.fractal_sizes,
+            ],
             "Build time",
             "Plummer + Kroupa IMF + virial scaling against a NumPy reference (rejection "
-            "sampling, not differentiable), and the King model solve and builder.",
+            "sampling, not differentiable), the King model solve and builder, and the fractal builder.",
         ),
         "sph.py": lambda: section(
             "sph.py",
