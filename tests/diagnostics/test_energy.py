@@ -246,10 +246,14 @@ def test_a_clusters_energy_method_follows_its_model():
 
 
 def test_mesh_pairs_read_only_the_levels_stars(small_fractal, monkeypatch):
-    # Each level's cell list lists runs for that level's own stars only, and
-    # every candidate it offers is a star taking part in the level: the
-    # others, parked off the queries' grid, are never read (parked on a
-    # lattice beside the cube they had widened the grid and been read).
+    # Each level's cell list (half shells) lists runs for the stars taking
+    # part only (the level's own and the deeper ones near the next cube's
+    # faces), and every candidate it offers is such a star: the others,
+    # parked off the grid, are never read (parked on a lattice beside the
+    # cube they had widened the grid and been read). Its sum equals the
+    # brute-force sum over the pairs with an own star, each once, at 1e-12.
+    from scipy.special import erfc
+
     from progenax.diagnostics import mesh as M
 
     x, m = small_fractal
@@ -262,17 +266,75 @@ def test_mesh_pairs_read_only_the_levels_stars(small_fractal, monkeypatch):
         take = own | ((level > k) & (dist > float(lv.half[k + 1] - lv.reach[k])))
         parked = M._park(x, jnp.asarray(take), lv.centre, lv.half[k], lv.reach[k])
         lists = []
-        engine = M._short_sum
-        monkeypatch.setattr(M, "_short_sum", lambda cells, features: lists.append(cells) or engine(cells, features))
-        M._pairs(parked, jnp.where(take, m, 0.0), jnp.asarray(own), lv.r_s[k], lv.reach[k])
-        monkeypatch.setattr(M, "_short_sum", engine)
+        engine = M._short_sum(4.5)
+        monkeypatch.setattr(M, "_short_sum", lambda cutoff: lambda cells, f: lists.append(cells) or engine(cells, f))
+        own_j, take_j = jnp.asarray(own), jnp.asarray(take)
+        got = M._pairs(parked, jnp.where(take, m, 0.0), own_j, take_j, lv.r_s[k], lv.reach[k], 4.5)
+        monkeypatch.undo()
         (cells,) = lists
         order = np.asarray(cells.order)
         begin, length = np.asarray(cells.run_begin), np.asarray(cells.run_length)
-        assert not np.any(length[~own[order]]), k
+        assert not np.any(length[~take[order]]), k
         read = np.zeros(n, bool)
         for b, c in zip(begin[length > 0], length[length > 0]):
             read[order[b : b + c]] = True
         assert not np.any(read & ~take), k
         seen_deeper += int(np.sum(read & take & ~own))
+        # Brute force: every pair of taking stars with an own one, once.
+        xs, ms = np.asarray(x), np.asarray(m)
+        r = np.sqrt(np.sum((xs[:, None] - xs[None]) ** 2, -1))
+        reach, r_s = float(lv.reach[k]), float(lv.r_s[k])
+        t = np.clip((r - 0.9 * reach) / (0.1 * reach), 0.0, 1.0)
+        term = ms[:, None] * ms[None] * erfc(r / (2 * r_s)) * (1 - t * t * (3 - 2 * t)) / np.where(r > 0, r, 1.0)
+        pair = np.triu(take[:, None] & take[None] & (own[:, None] | own[None]), 1)
+        np.testing.assert_allclose(float(got), np.sum(np.where(pair, term, 0.0)), rtol=1e-12)
     assert seen_deeper > 0  # the deeper stars near the faces are read as sources
+
+
+def test_mesh_erfc_fit():
+    # The pair kernel's erfc: one polynomial within 1e-14 of math.erfc over
+    # its range (the fit's own tolerance, checked here on other points), and
+    # its derivative within 1e-11 of erfc's; jax's erfc where no degree fits.
+    import math
+
+    from progenax.diagnostics.mesh import _ErfcFit
+
+    fit = _ErfcFit(2.25)
+    u = np.linspace(0.0, 2.25, 7919)[:-1]
+    np.testing.assert_allclose(np.asarray(fit(jnp.asarray(u))), [math.erfc(v) for v in u], rtol=0, atol=1e-14)
+    slope = jax.vmap(jax.grad(fit))(jnp.asarray(u))
+    np.testing.assert_allclose(np.asarray(slope), -2 / np.sqrt(np.pi) * np.exp(-(u**2)), rtol=0, atol=1e-11)
+    assert float(fit(jnp.asarray(3.0))) == float(fit(jnp.asarray(2.25)))  # beyond the reach: held
+    assert _ErfcFit(8.0).coefficients is None
+    np.testing.assert_allclose(float(_ErfcFit(8.0)(jnp.asarray(1.0))), math.erfc(1.0), rtol=1e-14)
+
+
+def test_deeper_meshes_need_little_padding(small_fractal):
+    # A deeper cube's short kernel g_k - g_{k-1} read on N_g + 32 cells gives
+    # the energy of the full 2 N_g padding (round-off and the TSC window's
+    # sampling aside: 1e-9).
+    from progenax.diagnostics import mesh as M
+
+    x, m = small_fractal
+    n_grid = M.mesh_cells(m.shape[0])
+    lv = M._Levels(x, M.mesh_levels(m.shape[0]), n_grid, 1.0, 4.5, 1e-3, M._ONE_DEVICE)
+    assert M.padded_cells(n_grid, 1.0, True) == n_grid + 32 < 2 * n_grid
+    k = 2
+    energies = [
+        M._mesh_energy(
+            x,
+            m,
+            lv.level >= k,
+            lv.centre,
+            lv.half[k],
+            lv.spacing[k],
+            lv.r_s[k],
+            lv.r_s[k - 1],
+            1.0,
+            n_grid,
+            M._mesh_spectrum(cells, 1.0, True, x.dtype),
+            M._ONE_DEVICE,
+        )  # fmt: skip
+        for cells in (M.padded_cells(n_grid, 1.0, True), 2 * n_grid)
+    ]
+    assert abs(float(energies[0]) - float(energies[1])) < 1e-9 * abs(float(energies[1]))

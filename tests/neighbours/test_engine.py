@@ -195,3 +195,44 @@ def test_one_layout_table_per_dimension():
     assert layout_for(3, banded=True).groups == BAND_GROUPS
     with pytest.raises(ValueError, match="chunk must be a positive int"):
         layout_for(2, chunk=0)
+
+
+def _listed_pairs(cells):
+    """Every (query, candidate) pair of an open-boundary list, original indices."""
+    order = np.asarray(cells.order)
+    begin, length = np.asarray(cells.run_begin), np.asarray(cells.run_length)
+    pairs = []
+    for i in range(order.size):
+        for b, n in zip(begin[i], length[i]):
+            pairs.extend((order[i], order[j]) for j in range(b, b + n))
+    return pairs
+
+
+@pytest.mark.parametrize("dim,k", [(2, 2), (3, 1), (3, 2)])
+def test_half_shells_list_every_close_pair_once(dim, k):
+    # Clumped points (half of them in a small ball), so that runs and rows
+    # differ in length; a query subset checks the pairs of two queries.
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(3), 3)
+    x = jax.random.uniform(k1, (N, dim)) * L
+    x = x.at[: N // 2].set(1.0 + 0.3 * jax.random.normal(k2, (N // 2, dim)))
+    query = np.asarray(jax.random.uniform(k3, (N,)) < 0.7)
+    xs = np.asarray(x)
+    close = np.sqrt(np.sum((xs[:, None] - xs[None]) ** 2, -1)) < REACH
+    for q in (None, query):
+        cells = build_cell_list(x, jnp.asarray(REACH), cells_per_reach=k, x_cells_per_reach=4, half=True, query=q)
+        listed = _listed_pairs(cells)
+        unordered = [tuple(sorted(p)) for p in listed]
+        assert len(set(unordered)) == len(unordered)  # no pair twice, none with itself
+        assert all(a != b for a, b in listed)
+        wanted = close & ~np.eye(N, dtype=bool)
+        if q is not None:
+            wanted &= q[:, None] & q[None, :]
+        got = np.zeros((N, N), bool)
+        for a, b in unordered:
+            got[a, b] = got[b, a] = True
+        assert np.array_equal(got & wanted, wanted)
+
+
+def test_half_shells_refuse_periodic_boxes():
+    with pytest.raises(ValueError, match="open boundaries"):
+        build_cell_list(jnp.zeros((4, 3)), jnp.asarray(1.0), box=jnp.ones(3), half=True)

@@ -21,9 +21,10 @@ $$\frac1r = g_0(r) + \sum_{k=1}^{K-1} \bigl[g_k(r) - g_{k-1}(r)\bigr] + \frac{\o
 \quad\text{for a pair whose shallower star has level } L:$$
 
 - **meshes:** the term k of every pair with both stars in cube k is summed on
-  cube k's mesh: TSC assignment, zero padding to $(2N_g)^3$ (isolated
-  boundaries), the sampled kernel ($g_0$, or $g_k - g_{k-1}$) deconvolved by the
-  squared TSC window, and Parseval with one real FFT:
+  cube k's mesh: TSC assignment, zero padding to $M^3$ (isolated
+  boundaries: $M = 2N_g$ for the long kernel $g_0$, and $N_g$ + 32 cells
+  for the short differences $g_k - g_{k-1}$, `padded_cells`), the sampled
+  kernel deconvolved by the squared TSC window, and Parseval with one real FFT:
   $U_k = \frac{1}{2M^3}\sum_\mathbf{k} |\hat\rho|^2 \hat g / W^2 - \frac12 g(0)\sum_i m_i^2$,
   the last term removing each star's self-interaction. The kernels are smooth
   on the scale $s_k$, so the mesh resolves them;
@@ -32,9 +33,13 @@ $$\frac1r = g_0(r) + \sum_{k=1}^{K-1} \bigl[g_k(r) - g_{k-1}(r)\bigr] + \frac{\o
   the overflow-free cell list and pair-sum engine of `progenax.neighbours`
   (farther candidates it offers are left out, so that the sum does not
   depend on the cells it reads: the same on one device or many); one cell list
-  per level, whose queries are the stars of that level and whose sources are
-  those and the deeper ones within reach of the next cube's faces. The list's
-  grid spans the queries only (their bounding box and the reach); the other
+  per level, in half shells (`build_cell_list(half=True)`: each close pair
+  listed once, from one of its stars), of the stars of that level and the
+  deeper ones within reach of the next cube's faces, every pair weighted by
+  whether one of its stars is of the level (two deeper stars pair on a
+  deeper level). The erfc is one polynomial fitted at trace time
+  (`_ErfcFit`, 2e-15 absolute). The list's
+  grid spans its stars only (their bounding box and the reach); the other
   stars are parked, massless, at one point beyond it, so they are never read
   and do not widen the grid (which would coarsen its cells: parked on a
   lattice beside the cube, as before, they read 1.74 times the candidates
@@ -92,21 +97,32 @@ agree with central differences of the estimate to 1e-5. `fractal_builder(n=30_00
 exact Q of 0.49991 (key 0) and 0.49989 (key 1), against 0.363 with the
 spherical estimate.
 
-**Cost.** K + 2 real FFTs of $(2N_g)^3$ (one per cube, and two for the
-kernels, shared by all cubes), K TSC scatters of 27 n, and K pair sums
-whose work grows with the clumpiness of the cluster at each level's scale
-(`benchmarks/builders.py --fractal-only` prints the times). Memory is O(n +
-N_g^3).
+(The half-shell lists, the fitted erfc and the narrow padding of the deeper
+meshes moved U of a 1e5-star equal-mass fractal by 6e-10 of itself, from
+-0.0797% to -0.0797% against the exact sum.)
+
+**Cost.** Two real FFTs of $(2N_g)^3$ (the outer cube and its kernel), K
+of $(N_g + 32)^3$ (the deeper cubes and their kernel), K TSC scatters of
+27 n, and K pair sums whose work grows with the clumpiness of the cluster
+at each level's scale (`benchmarks/builders.py --fractal-only` prints the
+times). For a 1e5-star D = 1.6 fractal (8 levels, $N_g$ = 112) U took
+1.33-1.65 s (two runs), against 4.19 s with full lists,
+`jax.scipy.special.erfc`, 32 groups and $(2N_g)^3$ meshes at every level:
+about 0.75 s of pairs (90 million candidates; 48 million pairs with an own
+star within the reach) and 0.8 s of meshes, cubes and halo. Memory is
+O(n + N_g^3).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import erf, erfc
+import numpy as np
+from jax.scipy.special import erf
 
 from .._mesh import ring_permutation, vary_like
 from .._sort import largest_passing
@@ -189,19 +205,42 @@ def _kernel(r, r_s, coarse, with_coarse):
     return _erf_over_r(r, r_s) - with_coarse * _erf_over_r(r, coarse)
 
 
-def _mesh_spectra(n_grid, split, dtype):
-    r"""The kernels' spectra on the zero-padded mesh of $m = 2 N_g$ cells, in
-    units of $1/H$, each deconvolved by the squared TSC window and weighted
-    for the half spectrum: (fine, coarse) for $\operatorname{erf}(r/2s)/r$ and
-    $\operatorname{erf}(r/4s)/r$ with $s$ = `split` cells.
+PAD_PER_SPLIT = 24
+"""Zero padding of a deeper cube's mesh, in cells per unit of `split` (`padded_cells`)."""
 
-    Cube k's kernel is $(\text{fine} - [k > 0]\,\text{coarse}) / H_k$: every
-    cube has the same mesh in units of its own spacing, and the coarser
-    cube's split scale is exactly twice its own, so two FFTs serve all levels.
-    The grids are built from iotas in the graph: as constants they would put
-    three $m^3$ tables into the program.
+
+def padded_cells(n_grid: int, split: float, difference: bool) -> int:
+    r"""Cells per axis of a cube's zero-padded mesh, $m$ (static).
+
+    The long kernel $g_0$ of the outer cube needs $m = 2 N_g$ (Hockney's
+    isolated convolution: every separation inside the cube, up to
+    $N_g - 1$ cells per axis, is read exactly). A deeper cube's kernel
+    $g_k - g_{k-1}$ is short: $[\operatorname{erfc}(r/4s) -
+    \operatorname{erfc}(r/2s)]/r$ in cells, below $\operatorname{erfc}(r /
+    4\,\mathrm{split})/r$, 1e-17 at $r$ = 24 split. A padding of
+    $P \ge$ 24 split cells (`PAD_PER_SPLIT`, rounded up to 16) then reads
+    every separation up to $m/2$ exactly and the wrapped ones, at least
+    $P + 1$ cells, as zero: $m = \min(2 N_g, N_g + P)$, 144 for the
+    default $N_g$ = 112, split = 1, which makes each deeper cube's FFT 3.7
+    times smaller than at $2 N_g$."""
+    if not difference:
+        return 2 * n_grid
+    return min(2 * n_grid, n_grid + 16 * math.ceil(PAD_PER_SPLIT * split / 16))
+
+
+def _mesh_spectrum(m, split, difference, dtype):
+    r"""A cube's kernel spectrum on its zero-padded mesh of $m$ cells
+    (`padded_cells`), in units of $1/H$, deconvolved by the squared TSC
+    window and weighted for the half spectrum: $\operatorname{erf}(r/2s)/r$
+    with $s$ = `split` cells, minus $\operatorname{erf}(r/4s)/r$ if
+    `difference`.
+
+    Cube k's kernel is this spectrum (the difference for k > 0) over $H_k$:
+    every cube has the same mesh in units of its own spacing, and the
+    coarser cube's split scale is exactly twice its own, so two FFTs serve
+    all levels. The grids are built from iotas in the graph: as constants
+    they would put $m^3$ tables into the program.
     """
-    m = 2 * n_grid
     i = jax.lax.iota(dtype, m)
     d = jnp.minimum(i, m - i)  # distance in cells, periodic image of the padding
     r = jnp.sqrt(d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2)
@@ -215,25 +254,26 @@ def _mesh_spectra(n_grid, split, dtype):
     w_z = window(i[:half])
     weight = jnp.where((i[:half] == 0) | (i[:half] == m // 2), 1.0, 2.0)  # interior planes twice
     factor = (weight / w_z)[None, None, :] / (w_xy[:, None, None] * w_xy[None, :, None])
-    fine = jnp.fft.rfftn(_erf_over_r(r, split)).real * factor
-    coarse = jnp.fft.rfftn(_erf_over_r(r, 2.0 * split)).real * factor
-    return fine, coarse
+    kernel = _erf_over_r(r, split)
+    if difference:
+        kernel = kernel - _erf_over_r(r, 2.0 * split)
+    return jnp.fft.rfftn(kernel).real * factor
 
 
-def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse, with_coarse, n_grid, spectra, across):
+def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse, with_coarse, n_grid, spectrum, across):
     r"""$\frac12\sum_{i \ne j} m_i m_j k(r_{ij})$ over the stars `on_mesh`, with
     $k$ = `_kernel(r, r_s, coarse, with_coarse)`, on a zero-padded mesh
-    (isolated); `spectra` from `_mesh_spectra`. Over a device mesh every
-    device assigns its own stars and the meshes are summed."""
+    (isolated); `spectrum` from `_mesh_spectrum` (its mesh of $m$ cells
+    read from its shape). Over a device mesh every device assigns its own
+    stars and the meshes are summed."""
     m_on = jnp.where(on_mesh, masses, 0.0)
     origin = centre - half - _MARGIN_CELLS * spacing
     x = jnp.where(on_mesh[:, None], positions, centre)
     rho = across.total(_assign(x, m_on, origin, spacing, n_grid))
-    m = 2 * n_grid
-    rho_hat = jnp.fft.rfftn(jnp.pad(rho, ((0, n_grid),) * 3))
-    fine, coarse_spectrum = spectra
+    m = spectrum.shape[0]
+    rho_hat = jnp.fft.rfftn(jnp.pad(rho, ((0, m - n_grid),) * 3))
     power = rho_hat.real**2 + rho_hat.imag**2
-    total = (jnp.sum(power * fine) - with_coarse * jnp.sum(power * coarse_spectrum)) / (spacing * m**3)
+    total = jnp.sum(power * spectrum) / (spacing * m**3)
     self_term = _kernel(jnp.zeros((), positions.dtype), r_s, coarse, with_coarse)
     return 0.5 * total - 0.5 * self_term * across.total(jnp.sum(m_on**2))
 
@@ -242,23 +282,77 @@ def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse,
 _FADE = 0.1  # the short kernel fades to 0 over the last 10% of the reach
 
 
-def _short_pair(a_i, a_j, dx):
-    r"""$w_j \operatorname{erfc}(r\,c)\,S(r) / r$ with $c = 1 / 2 r_s$ (a shared
-    scalar, so that a pair costs no division by it), $w_j$ the candidate's
-    pair weight (`_pairs`) and $S$ a smoothstep from 1 to 0 over the last
+def _short_pair(a_i, a_j, dx, erfc_fit):
+    r"""$w_{ij} \operatorname{erfc}(r\,c)\,S(r) / r$ with $c = 1 / 2 r_s$ (a shared
+    scalar, so that a pair costs no division by it), $w_{ij}$ the pair
+    weight (`_pair_weight`) and $S$ a smoothstep from 1 to 0 over the last
     `_FADE` of the reach $R$: $S = 1 - t^2 (3 - 2t)$,
     $t = (r - (1 - f) R) / (f R)$ clipped to [0, 1]. Beyond the reach a
     pair adds nothing, so the sum does not depend on which cells the list
     reads (one device or many), and the fade keeps it smooth in the
     positions (a hard cut would jump by erfc(2.25) = 0.15% of a pair's
-    1/r as it crosses). 0 for the self pair and coincident stars
-    (gradient-safe)."""
+    1/r as it crosses). erfc is `erfc_fit` (`_ErfcFit`). 0 for the self
+    pair and coincident stars (gradient-safe)."""
     r = safe_distance(dx)
     use = r > 0
     rr = jnp.where(use, r, 1.0)
     t = jnp.clip((rr - a_i["fade_start"]) * a_i["fade_rate"], 0.0, 1.0)
     fade = 1.0 - t * t * (3.0 - 2.0 * t)
-    return (jnp.where(use, a_j["w"] * erfc(rr * a_i["c"]) * fade / rr, 0.0),), None
+    return (jnp.where(use, _pair_weight(a_i, a_j) * erfc_fit(rr * a_i["c"]) * fade / rr, 0.0),), None
+
+
+class _ErfcFit:
+    r"""erfc on [0, `u_max`] as one polynomial, cheaper than
+    `jax.scipy.special.erfc` (its rational branches, each computed and
+    selected: the pairs of a 1e5-star fractal's U took 0.70 s against
+    1.11 s with it): $\sum_k a_k t^k$ in $t = 2u / u_{\max} - 1$ (Horner), the
+    least-squares Chebyshev fit at 200 Chebyshev nodes of the lowest degree whose
+    largest error on 4001 points against `math.erfc` is below `TOLERANCE`
+    (degree 22 and 2.2e-15 for the default reach, u_max = 2.25; erfc is
+    entire, so the fit converges fast and its monomial coefficients stay
+    small). Arguments beyond u_max are read as u_max (the pair kernel has
+    faded to 0 there). Where no degree up to `MAX_DEGREE` meets the
+    tolerance (a reach beyond about 11 r_s), `jax.scipy.special.erfc`."""
+
+    TOLERANCE = 1e-14
+    MAX_DEGREE = 40
+
+    def __init__(self, u_max: float):
+        self.u_max = float(u_max)
+        self.coefficients = self._fit(self.u_max)
+
+    @staticmethod
+    @functools.cache
+    def _fit(u_max: float):
+        nodes = np.cos(np.pi * (np.arange(200) + 0.5) / 200)
+        check = np.linspace(-1.0, 1.0, 4001)
+        at_nodes = np.array([math.erfc(v) for v in (nodes + 1.0) * (u_max / 2)])
+        at_check = np.array([math.erfc(v) for v in (check + 1.0) * (u_max / 2)])
+        for degree in range(8, _ErfcFit.MAX_DEGREE + 1, 2):
+            chebyshev = np.polynomial.chebyshev.chebfit(nodes, at_nodes, degree)
+            coefficients = np.polynomial.chebyshev.cheb2poly(chebyshev)
+            if np.max(np.abs(np.polynomial.polynomial.polyval(check, coefficients) - at_check)) < _ErfcFit.TOLERANCE:
+                return tuple(float(a) for a in coefficients)
+        return None
+
+    def __call__(self, u):
+        if self.coefficients is None:
+            return jax.scipy.special.erfc(u)
+        t = jnp.minimum(u, self.u_max) * (2.0 / self.u_max) - 1.0
+        value = jnp.full_like(t, self.coefficients[-1])
+        for a in self.coefficients[-2::-1]:
+            value = value * t + a
+        return value
+
+
+def _pair_weight(a_i, a_j):
+    r"""$m_j$ if the query i or its candidate j is one of the level's own
+    stars, else 0 (two deeper stars pair on a deeper level), from the
+    features "m" and "own" (1.0 or 0.0); with "own" absent, the candidate's
+    weight "w" as it is (`_ring_pairs`)."""
+    if "own" not in a_j:
+        return a_j["w"]
+    return a_j["m"] * jnp.maximum(a_i["own"], a_j["own"])
 
 
 def _pair_features(r_s, reach) -> dict:
@@ -266,17 +360,26 @@ def _pair_features(r_s, reach) -> dict:
     return {"c": 0.5 / r_s, "fade_start": (1.0 - _FADE) * reach, "fade_rate": 1.0 / (_FADE * reach)}
 
 
-# The 3D cells with 32 workload groups, not 8: a clumpy cluster's candidate
+# The 3D cells with 128 workload groups, not 8: a clumpy cluster's candidate
 # counts spread over orders of magnitude, and a group runs to its largest
-# count. Same sums; a 1e5-star D = 1.6 fractal's U took 8.4-8.7 s against
-# 11.2-11.8 s (64 and 128 groups: the same), 3.0-3.2 s at 30,000 either way.
-_LAYOUT = layout_for(3, groups=32)
-# Scatter form: a candidate list holds whole cells, so a pair beyond the
-# reach may be listed one way only; the engine's reverse pass is then exact.
-_short_sum = make_pair_sum(_short_pair, _LAYOUT)
+# count. Same sums; the pairs of a 1e5-star D = 1.6 fractal's U (half-shell
+# lists) took 1.06 s against 1.41 s with 32 groups and 1.26 s with 512 (one
+# process, calls interleaved, best of 4; full lists: 8.4-8.7 s with 32
+# against 11.2-11.8 s with 8).
+_LAYOUT = layout_for(3, groups=128)
 
 
-def _cell_list(positions, reach, query=None):
+@functools.cache
+def _short_sum(cutoff: float):
+    """The pair sum of `_short_pair` for a reach of `cutoff` r_s (so erfc's
+    argument is at most cutoff / 2). Scatter form: a half-shell list holds
+    each pair once, and a candidate list holds whole cells, so a pair beyond
+    the reach may be listed one way only; the engine's reverse pass is exact
+    for both."""
+    return make_pair_sum(functools.partial(_short_pair, erfc_fit=_ErfcFit(cutoff / 2.0)), _LAYOUT)
+
+
+def _cell_list(positions, reach, query=None, half=False):
     """The cell list of one level's pair sum in `_LAYOUT` (no gradient: it
     only decides which candidates are read)."""
     return build_cell_list(
@@ -286,23 +389,24 @@ def _cell_list(positions, reach, query=None):
         x_cells_per_reach=_LAYOUT.x_cells_per_reach,
         chunk=_LAYOUT.chunk,
         query=query,
+        half=half,
     )
 
 
-def _pairs(positions, masses, own, r_s, reach):
-    r"""$\sum m_i m_j \phi(r_{ij})$ over candidate pairs with at least one `own`
-    star, each pair once: $\sum_i m_i [\mathrm{own}_i] e_i$ with
-    $e_i = \sum_j m_j (1 - \frac12 [\mathrm{own}_j]) \phi(r_{ij})$ over i's
-    candidates (a pair of two own stars is met from both ends, so each end
-    takes half). Only the own stars are queries. Differentiable in the
-    positions, masses, r_s and the reach (the kernel's fade) through the
-    engine's reverse pass; the cell list is built at the reach without its
-    gradient."""
-    cells = _cell_list(positions, reach, own)
+def _pairs(positions, masses, own, take, r_s, reach, cutoff):
+    r"""$\sum m_i m_j \phi(r_{ij})$ over the pairs of stars that `take` part
+    with at least one `own` star, each pair once: $\sum_i m_i e_i$ with
+    $e_i = \sum_j w_{ij} \phi(r_{ij})$ over i's candidates in a half-shell
+    cell list of the stars taking part (every close pair listed once,
+    `build_cell_list(half=True)`) and $w_{ij}$ = `_pair_weight`.
+    Differentiable in the positions, masses, r_s and the reach (the
+    kernel's fade) through the engine's reverse pass; the cell list is built
+    at the reach without its gradient."""
+    cells = _cell_list(positions, reach, take, half=True)
     own_f = own.astype(positions.dtype)
-    weight = masses * (1.0 - 0.5 * own_f)
-    sums = _short_sum(cells, {"x": positions, "w": weight, **_pair_features(r_s, reach)})
-    return jnp.sum(own_f * masses * sums[:, 0])
+    features = {"x": positions, "m": masses, "own": own_f, **_pair_features(r_s, reach)}
+    sums = _short_sum(cutoff)(cells, features)
+    return jnp.sum(masses * sums[:, 0])
 
 
 def _park(positions, take, centre, half, reach):
@@ -397,8 +501,8 @@ class _Shares(NamedTuple):
         order, _, enclosed = ring_mass_inside(jnp.where(inside, 0.0, r2), m_out, self.axis_name, self.n_devices)
         return order, enclosed
 
-    def pairs(self, positions, masses, own, r_s, reach):
-        return self.total(_ring_pairs(positions, masses, own, r_s, reach, self.axis_name, self.n_devices))
+    def pairs(self, positions, masses, own, take, r_s, reach, cutoff):
+        return self.total(_ring_pairs(positions, masses, own, r_s, reach, cutoff, self.axis_name, self.n_devices))
 
 
 def _sortable(values):
@@ -435,7 +539,7 @@ def order_statistics(values, ranks, shares: _Shares):
     return held_value(keys, found, values, shares.total)
 
 
-def _ring_pairs(positions, masses, own, r_s, reach, axis_name: str, n_devices: int):
+def _ring_pairs(positions, masses, own, r_s, reach, cutoff, axis_name: str, n_devices: int):
     r"""This device's part of `_pairs` over a mesh: $\sum_i m_i e_i$ over its
     own stars with $e_i$ summed over the candidates of every device's share,
     each share passed once around the ring by `ppermute` (the pair
@@ -463,7 +567,7 @@ def _ring_pairs(positions, masses, own, r_s, reach, axis_name: str, n_devices: i
         xs = jnp.concatenate([positions, x_v])
         cells = _cell_list(xs, reach, query)
         ws = jnp.concatenate([jnp.zeros_like(w_v), w_v])
-        return _short_sum(cells, {"x": xs, "w": ws, **shared})[:n, 0].astype(masses.dtype)
+        return _short_sum(cutoff)(cells, {"x": xs, "w": ws, **shared})[:n, 0].astype(masses.dtype)
 
     def visit(carry, _):
         x_v, w_v, e = carry
@@ -483,44 +587,46 @@ def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnos
     across = _ONE_DEVICE if across is None else across
     lv = _Levels(positions, n_levels, n_grid, split, cutoff, quantile, across)
     dtype = positions.dtype
-    spectra = _mesh_spectra(n_grid, split, dtype)
-    ks = jnp.arange(n_levels)
-    per_level = (
-        ks,
-        lv.half,
-        lv.spacing,
-        lv.r_s,
-        jnp.concatenate([lv.r_s[:1], lv.r_s[:-1]]),  # the coarser split (unused at k = 0)
-        (ks > 0).astype(dtype),
-        jnp.concatenate([lv.half[1:], lv.half[-1:] / 2]),  # the next cube's half-side
-        lv.reach,
-    )
+    outer = _mesh_spectrum(padded_cells(n_grid, split, False), split, False, dtype)
+    deeper = _mesh_spectrum(padded_cells(n_grid, split, True), split, True, dtype)
+    everyone = lv.level >= 0
+    u_outer = _mesh_energy(
+        positions, masses, everyone, lv.centre, lv.half[0], lv.spacing[0], lv.r_s[0], lv.r_s[0], 0.0, n_grid,
+        outer, across,
+    )  # fmt: skip
 
-    def level(total, xs):
-        # One scan step per cube: the shapes are the same at every level, so the
-        # meshes and the cell list are compiled once.
-        k, half, spacing, r_s, coarse, with_coarse, next_half, reach = xs
+    def deeper_mesh(_, xs):
+        # One scan step per cube (k >= 1): the shapes are the same at every
+        # level, so the mesh is compiled once.
+        k, half, spacing, r_s, coarse = xs
         on_mesh = lv.level >= k
-        u_mesh = _mesh_energy(
-            positions, masses, on_mesh, lv.centre, half, spacing, r_s, coarse, with_coarse, n_grid, spectra, across
-        )
+        u = _mesh_energy(positions, masses, on_mesh, lv.centre, half, spacing, r_s, coarse, 1.0, n_grid, deeper, across)
+        return None, u
+
+    deeper_levels = (jnp.arange(1, n_levels), lv.half[1:], lv.spacing[1:], lv.r_s[1:], lv.r_s[:-1])
+    _, u_meshes = jax.lax.scan(deeper_mesh, None, deeper_levels)
+    u_meshes = jnp.concatenate([u_outer[None], u_meshes])
+
+    def level_pairs(_, xs):
+        # One scan step per level: one compiled cell list and pair sum.
+        k, half, r_s, reach, next_half = xs
         own = lv.level == k
         # Deeper stars within reach of the next cube's faces pair with this level's.
         take = own | ((lv.level > k) & (lv.dist > jax.lax.stop_gradient(next_half - reach)))
         fixed_reach = jax.lax.stop_gradient(reach)
         x = _park(positions, take, jax.lax.stop_gradient(lv.centre), jax.lax.stop_gradient(half), fixed_reach)
         # The reach keeps its gradient for the kernel's fade (homogeneity in x).
-        u_pairs = across.pairs(x, jnp.where(take, masses, 0.0), own, r_s, reach)
-        out = (u_mesh, u_pairs)
+        u_pairs = across.pairs(x, jnp.where(take, masses, 0.0), own, take, r_s, reach, cutoff)
         if diagnose:
-            out += (jnp.sum(candidate_counts(_cell_list(x, fixed_reach, own))),)
-        return total + u_mesh + u_pairs, out
+            return None, (u_pairs, jnp.sum(candidate_counts(_cell_list(x, fixed_reach, take, half=True))))
+        return None, u_pairs
 
-    total, parts = jax.lax.scan(level, jnp.zeros((), dtype), per_level)
-    out = _outside(positions, masses, lv.level >= 0, across)
+    next_half = jnp.concatenate([lv.half[1:], lv.half[-1:] / 2])  # the next cube's half-side
+    _, pairs = jax.lax.scan(level_pairs, None, (jnp.arange(n_levels), lv.half, lv.r_s, lv.reach, next_half))
+    out = _outside(positions, masses, everyone, across)
     if diagnose:
-        return parts[0], parts[1], out, jnp.sum(lv.level < 0), parts[2]
-    return total + out
+        return u_meshes, pairs[0], out, jnp.sum(lv.level < 0), pairs[1]
+    return jnp.sum(u_meshes) + jnp.sum(pairs) + out
 
 
 def mesh_pair_energy(

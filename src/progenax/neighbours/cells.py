@@ -9,6 +9,18 @@ each row only the run of cells the ball of radius `reach` about it touches
 ($x \pm \sqrt{\mathrm{reach}^2 - \mathrm{gap}^2}$, gap being the distance to
 the row): the fine x cells trim the run close to the ball itself.
 
+**Half shells** (`half=True`, open boundaries): each pair is listed once
+instead of twice. A particle reads only the rows whose offset is
+lexicographically positive (last axis first: $(o_{d-1}, \dots, o_1) > 0$)
+and, in its own row, the particles sorted after it. A pair in rows $o$ apart
+is read from the particle whose upper half-shell holds the other (offset
+$o$ from one is $-o$ from the other), a pair in one row from the one sorted
+first; rows and runs are trimmed to the ball as before, so every pair
+closer than the reach is listed exactly once. In 3D with k = 1 a particle
+reads 4 rows and half of its own instead of 9: about half the candidates,
+for sums over pairs that a pair function weighs once (the mesh potential's
+short range).
+
 For periodic boxes every row is stored twice end to end (a candidate index
 space of 2N entries), so a run that wraps around the box in x is still one
 contiguous range and each particle has exactly one run per row.
@@ -120,9 +132,13 @@ def _grid(positions: Array, reach: Array, box: Array | None, per_reach: Array, n
     return side, counts, lo
 
 
-def _row_offsets(dim: int, k: int) -> list[tuple[int, ...]]:
-    """Offsets along axes 1..d-1 of the rows a particle reads."""
-    return list(itertools.product(range(-k, k + 1), repeat=dim - 1))
+def _row_offsets(dim: int, k: int, half: bool = False) -> list[tuple[int, ...]]:
+    """Offsets along axes 1..d-1 of the rows a particle reads; with `half`, the
+    own row (all zeros) and those lexicographically positive from the last axis."""
+    offsets = list(itertools.product(range(-k, k + 1), repeat=dim - 1))
+    if half:
+        offsets = [o for o in offsets if o[::-1] >= (0,) * (dim - 1)]
+    return offsets
 
 
 def _offset_is_distinct(offset: int, count: Array, k: int) -> Array:
@@ -172,6 +188,7 @@ def build_cell_list(
     chunk: int = 16,
     query: Array | None = None,
     query_reach: Array | None = None,
+    half: bool = False,
 ) -> CellList:
     """Sort `positions` (N, d) into cells and list every particle's candidate runs.
 
@@ -186,8 +203,16 @@ def build_cell_list(
     none; every particle is still a source), and `query_reach` (N,) ≤ `reach`
     trims each query's runs to its own ball. Every source closer than its
     query's reach is then a candidate of that query.
+
+    `half` (static, open boundaries only): half shells (see the module
+    notes), each pair closer than the reach listed once, from one of its two
+    particles. With `query`, that holds for the pairs of two queries; a
+    source that is no query is read only by the queries in whose upper
+    half-shell it lies (give such sources no weight).
     """
     n, dim = positions.shape
+    if half and box is not None:
+        raise ValueError("half shells (half=True) need open boundaries (box=None)")
     k, kx = int(cells_per_reach), int(x_cells_per_reach)
     n_max = _static_cells_per_axis(n, dim, k, kx, max_cells)
     per_reach = jnp.asarray((kx,) + (k,) * (dim - 1), positions.dtype)
@@ -216,13 +241,14 @@ def build_cell_list(
 
     rows = _RowIndex(cell_start, counts[0], periodic)
     own_reach = reach if query_reach is None else query_reach[order]
+    sorted_index = jnp.arange(n, dtype=jnp.int32)
     if query is None:
-        begin, length = _candidate_runs(sorted_coords, frac, side, own_reach, counts, strides, rows, k)
+        after = sorted_index if half else None
+        begin, length = _candidate_runs(sorted_coords, frac, side, own_reach, counts, strides, rows, k, after)
     else:
         own_reach = jnp.broadcast_to(own_reach, (n,))
-        begin, length = _query_runs(query[order], sorted_coords, frac, side, own_reach, counts, strides, rows, k)
+        begin, length = _query_runs(query[order], sorted_coords, frac, side, own_reach, counts, strides, rows, k, half)
     own_row = sorted_cell // counts[0]
-    sorted_index = jnp.arange(n, dtype=jnp.int32)
     self_index = rows.start(own_row) + sorted_index if periodic else sorted_index
     source = None
     if periodic:
@@ -273,18 +299,20 @@ class _RowIndex:
         return column_start(first), column_start(last + 1)
 
 
-def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex, k):
+def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex, k, after=None):
     """First candidate index and length of each particle's run in each row, (N, S).
 
     Rows farther than `reach` from the particle are empty, and each row's run
     covers only the cells that the ball of radius `reach` about the particle
     reaches in that row: x ± sqrt(reach² - gap²), gap being the distance to the
-    row band along y and z.
+    row band along y and z. `after`: the particles' sorted indices, for half
+    shells (open boundaries): the upper rows only, and the own row's run
+    from the next particle on.
     """
     n, dim = coords.shape
     cx, nx = coords[:, 0], counts[0]
     begins, lengths = [], []
-    for offsets in _row_offsets(dim, k):
+    for offsets in _row_offsets(dim, k, half=after is not None):
         row = jnp.zeros(n, jnp.int32)
         valid = jnp.ones(n, bool)
         gap2 = jnp.zeros(n, side.dtype)
@@ -313,13 +341,17 @@ def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex,
         else:
             lo, hi = jnp.maximum(lo, 0), jnp.minimum(hi, nx - 1)
         begin, end = rows.span(row, lo, hi)
+        if after is not None and not any(offsets):
+            begin = after + 1
+            end = jnp.maximum(end, begin)
         begins.append(begin)
         lengths.append(jnp.where(valid, end - begin, 0))
     return jnp.stack(begins, axis=1), jnp.stack(lengths, axis=1)
 
 
-def _query_runs(is_query, coords, frac, side, reach, counts, strides, rows: _RowIndex, k):
-    """`_candidate_runs` for the queries only (sorted order; others get empty runs).
+def _query_runs(is_query, coords, frac, side, reach, counts, strides, rows: _RowIndex, k, half=False):
+    """`_candidate_runs` for the queries only (sorted order; others get empty runs;
+    `half`: half shells).
 
     A band of a banded list often holds a small fraction of the particles, and
     listing runs is most of a build (25 rows per particle in 3D), so the
@@ -330,12 +362,13 @@ def _query_runs(is_query, coords, frac, side, reach, counts, strides, rows: _Row
     block = min(_QUERY_BLOCK, n)
     # Sorted indices of the queries, then n (out of range: dropped) as padding.
     index = jnp.nonzero(is_query, size=n + block, fill_value=n)[0].astype(jnp.int32)
-    n_runs = len(_row_offsets(coords.shape[1], k))
+    n_runs = len(_row_offsets(coords.shape[1], k, half))
 
     def one_block(b, runs):
         ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
         at = jnp.minimum(ids, n - 1)
-        begin, length = _candidate_runs(coords[at], frac[at], side, reach[at], counts, strides, rows, k)
+        after = at if half else None
+        begin, length = _candidate_runs(coords[at], frac[at], side, reach[at], counts, strides, rows, k, after)
         return tuple(r.at[ids].set(v, mode="drop", unique_indices=True) for r, v in zip(runs, (begin, length)))
 
     empty = vary_like(jnp.zeros((n, n_runs), jnp.int32), coords, reach)
