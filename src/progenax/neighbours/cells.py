@@ -74,7 +74,8 @@ class CellList(eqx.Module):
       row stored twice), None for open boundaries (the identity).
     - `self_index`: each particle's own candidate index, (N,).
     - `run_begin`, `run_length`: first candidate index and length of each run,
-      (N, S) with S = (2k+1)^(d-1) (length 0 for an unused run).
+      (N, S) with S = (2k+1)^(d-1), ((2k+1)^(d-1) + 1)/2 in half shells
+      (length 0 for an unused run).
     - `by_workload`: sorted indices ordered by candidate count (ties in sorted
       order), so that particles with similar work share a loop.
     - `box`: periodic box lengths (d,), or None for open boundaries.
