@@ -208,7 +208,7 @@ def _listed_pairs(cells):
     return pairs
 
 
-@pytest.mark.parametrize("dim,k", [(2, 2), (3, 1), (3, 2)])
+@pytest.mark.parametrize("dim,k", [(2, 2), (3, 1)])
 def test_half_shells_list_every_close_pair_once(dim, k):
     # Clumped points (half of them in a small ball), so that runs and rows
     # differ in length; a query subset checks the pairs of two queries.
