@@ -320,7 +320,7 @@ def test_deeper_meshes_need_little_padding(small_fractal):
     lv = M._Levels(x, M.mesh_levels(m.shape[0]), n_grid, 1.0, 4.5, 1e-3, M._ONE_DEVICE)
     assert M.padded_cells(n_grid, 1.0, True) == n_grid + 32 < 2 * n_grid
     k = 2
-    level = (x, m, lv.level >= k, lv.centre, lv.half[k], lv.spacing[k], lv.r_s[k], lv.r_s[k - 1], 1.0, n_grid)
+    level = (x, m, lv.level >= k, lv.centre, lv.half[k], lv.spacing[k], lv.r_s[k], lv.r_s[k - 1], n_grid)
     energies = [
         M._mesh_energy(*level, M._mesh_spectrum(cells, 1.0, True, x.dtype), M._ONE_DEVICE)
         for cells in (M.padded_cells(n_grid, 1.0, True), 2 * n_grid)

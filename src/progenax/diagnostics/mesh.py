@@ -212,9 +212,9 @@ def _erf_over_r(r, r_s):
     return jnp.where(pos, erf(rr / (2.0 * r_s)) / rr, 1.0 / (_SQRT_PI * r_s))
 
 
-def _kernel(r, r_s, coarse, with_coarse):
-    """erf(r/2 r_s)/r minus `with_coarse` (0 or 1) times erf(r/2 coarse)/r; finite at r = 0."""
-    return _erf_over_r(r, r_s) - with_coarse * _erf_over_r(r, coarse)
+def _kernel(r, r_s, coarse=None):
+    """erf(r/2 r_s)/r, minus erf(r/2 coarse)/r unless `coarse` is None; finite at r = 0."""
+    return _erf_over_r(r, r_s) - (0.0 if coarse is None else _erf_over_r(r, coarse))
 
 
 PAD_PER_SPLIT = 24
@@ -272,9 +272,9 @@ def _mesh_spectrum(m, split, difference, dtype):
     return jnp.fft.rfftn(kernel).real * factor
 
 
-def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse, with_coarse, n_grid, spectrum, across):
+def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse, n_grid, spectrum, across):
     r"""$\frac12\sum_{i \ne j} m_i m_j k(r_{ij})$ over the stars `on_mesh`, with
-    $k$ = `_kernel(r, r_s, coarse, with_coarse)`, on a zero-padded mesh
+    $k$ = `_kernel(r, r_s, coarse)` (coarse None for the outer cube), on a zero-padded mesh
     (isolated); `spectrum` from `_mesh_spectrum` (its mesh of $m$ cells
     read from its shape). Over a device mesh every device assigns its own
     stars and the meshes are summed."""
@@ -286,7 +286,7 @@ def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse,
     rho_hat = jnp.fft.rfftn(jnp.pad(rho, ((0, m - n_grid),) * 3))
     power = rho_hat.real**2 + rho_hat.imag**2
     total = jnp.sum(power * spectrum) / (spacing * m**3)
-    self_term = _kernel(jnp.zeros((), positions.dtype), r_s, coarse, with_coarse)
+    self_term = _kernel(jnp.zeros((), positions.dtype), r_s, coarse)
     return 0.5 * total - 0.5 * self_term * across.total(jnp.sum(m_on**2))
 
 
@@ -603,16 +603,15 @@ def _parts(positions, masses, n_levels, n_grid, split, cutoff, quantile, diagnos
     deeper = _mesh_spectrum(padded_cells(n_grid, split, True), split, True, dtype)
     everyone = lv.level >= 0
     u_outer = _mesh_energy(
-        positions, masses, everyone, lv.centre, lv.half[0], lv.spacing[0], lv.r_s[0], lv.r_s[0], 0.0, n_grid,
-        outer, across,
-    )  # fmt: skip
+        positions, masses, everyone, lv.centre, lv.half[0], lv.spacing[0], lv.r_s[0], None, n_grid, outer, across
+    )
 
     def deeper_mesh(_, xs):
         # One scan step per cube (k >= 1): the shapes are the same at every
         # level, so the mesh is compiled once.
         k, half, spacing, r_s, coarse = xs
         on_mesh = lv.level >= k
-        u = _mesh_energy(positions, masses, on_mesh, lv.centre, half, spacing, r_s, coarse, 1.0, n_grid, deeper, across)
+        u = _mesh_energy(positions, masses, on_mesh, lv.centre, half, spacing, r_s, coarse, n_grid, deeper, across)
         return None, u
 
     deeper_levels = (jnp.arange(1, n_levels), lv.half[1:], lv.spacing[1:], lv.r_s[1:], lv.r_s[:-1])
