@@ -78,7 +78,7 @@ def pair_plot(
         kind="kde" if idata.posterior.sizes.get("draw", 0) >= 50 else "scatter",
         marginals=True,
         reference_values=None if truth is None else {k: float(v) for k, v in truth.items() if k in var_names},
-        reference_values_kwargs={"color": "C3", "marker": "x"},
+        reference_values_kwargs={"color": "C3", "markeredgecolor": "C3", "marker": "x", "markersize": 12, "mew": 2.5},
     )
     figure = axes.ravel()[0].get_figure()
     if title:
@@ -127,6 +127,7 @@ def sbc_rank_plot(
     axes[0, 0].set_ylabel("ECDF - uniform")
     if title:
         figure.suptitle(title)
+        figure.tight_layout()  # keeps the suptitle above the panels' titles
     path = save_png(figure, path, bbox_inches="tight")
     plt.close(figure)
     return path

@@ -76,16 +76,23 @@ def simulation_based_calibration(
     thin: int,
     start=None,
     model_kwargs: dict | None = None,
+    batch_size: int | None = None,
 ) -> tuple[dict[str, np.ndarray], int]:
-    r"""SBC ranks of `params` for a numpyro `model` (Talts et al. 2018), one `vmap` of NUTS.
+    r"""SBC ranks of `params` for a numpyro `model` (Talts et al. 2018), one program for all chains.
 
     For each of `num_datasets` data sets: $\theta \sim$ `priors` (one draw per
     name in `params`), `data = simulate(key, **theta)`, one NUTS chain from
     `start(data)` (default `traced_start`: the model's `init_to_data`) of
     `num_warmup` + `num_samples` steps, thinned by `thin`, and the rank of
-    $\theta$ among the $L$ = `num_samples // thin` draws. All chains run as one
-    `vmap` of numpyro's functional NUTS kernel (`dynamic_args`), so the model
-    compiles once.
+    $\theta$ among the $L$ = `num_samples // thin` draws. All chains run in one
+    program over numpyro's functional NUTS kernel (`dynamic_args`), so the model
+    compiles once: `jax.lax.map` over the data sets, `batch_size` chains at a time
+    as one `vmap` (default `None`: all of them). A `vmap`ped chain waits at every
+    transition for the longest trajectory in its batch; `batch_size=1` runs each
+    at its own pace. For the King model's SBC (120 data sets, chains whose trees
+    range from 15 to 1,023 leapfrog steps) one at a time on 2 CPU cores ran the
+    whole design in 567 s, while all 120 `vmap`ped on an H200 GPU took 77 s for 80
+    of its 696 transitions.
 
     **Returns:** `(ranks, divergences)`: per parameter an (num_datasets,)
     integer array in [0, L] (test it with `rank_uniformity_test`), and the
@@ -124,6 +131,8 @@ def simulation_based_calibration(
         return {p: draws[p] for p in params}, jnp.sum(diverging[num_warmup:])
 
     keys = jax.random.split(key, num_datasets)
-    draws, divergences = jax.jit(jax.vmap(one_chain))(keys, batch, z0)
+    batch_size = num_datasets if batch_size is None else batch_size
+    chains = jax.jit(lambda *args: jax.lax.map(lambda a: one_chain(*a), args, batch_size=batch_size))
+    draws, divergences = chains(keys, batch, z0)
     ranks = {p: np.array([rank_statistic(draws[p][i], t[p]) for i, t in enumerate(truths)]) for p in params}
     return ranks, int(np.sum(divergences))

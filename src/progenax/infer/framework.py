@@ -60,6 +60,9 @@ def check_model_arguments(
             f"likelihood must be one of {LIKELIHOODS} or a MockLikelihood (progenax.infer.mock_likelihood), "
             f"got {likelihood!r}"
         )
+    if isinstance(likelihood, MockLikelihood) and likelihood.model is not model:
+        # Before any site: the mock's fiducial values name only its own model's parameters.
+        raise ValueError(f"this MockLikelihood was built for model {likelihood.model.NAME!r}, not {model.NAME!r}")
     if not isinstance(data, ObservedCluster):
         raise ValueError(f"data must be an ObservedCluster (see progenax.infer.observe), got {type(data).__name__}")
     merged = defaults(data.projected, data.line_of_sight)

@@ -4,7 +4,11 @@ The model is the one `progenax.king_builder` samples: the $g = 1$ lowered
 isothermal with central potential $W_0$, solved by
 `progenax.profiles.king.solve_king_profile` (on `num_points` = 256 grid nodes
 here: the half-mass radius, tidal radius and total mass agree with the
-builder's 1,024-node solve to $10^{-7}$ relative, at a quarter of the cost). With
+builder's 1,024-node solve to $10^{-7}$ relative, at a quarter of the cost), or
+read from the table of such profiles over $W_0$ (`progenax.profiles.king_table`:
+the same quantities to $2\times10^{-6}$ relative, with no ODE solved inside the
+HMC trajectory, which makes a NUTS step about 15 times cheaper; `king_model` uses
+it whenever the $W_0$ prior lies within [0.5, 20], as the default prior does). With
 the length unit $L = r_h/\hat r_h$ (pc per King radius), the potential
 $W_i = W(r_i/L)$ at each star and $\hat\rho(W) = e^W P(5/2, W)$:
 
@@ -41,7 +45,8 @@ import numpyro.distributions as dist
 from .._types import Array, ArrayLike
 from ..kinematics.king_df import mean_square_speed, regularized_lower_gamma
 from ..models import King
-from ..profiles.king import W0_MAX, king_density_of_W, king_potential, king_velocity_scale_squared, solve_king_profile
+from ..profiles.king import W0_MAX, king_density_of_W, king_potential, king_velocity_scale_squared
+from ..profiles.king_table import TABLE_W0_MIN, king_profile
 from ..sampling import safe_norm
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
@@ -51,6 +56,7 @@ from .likelihoods import kroupa_log_likelihood
 from .los import convolve_with_error, king_los_logpdf
 from .mock import INITIAL_VALUES, MockLikelihood, mock_factor
 from .plummer import default_priors
+from .priors import prior_range
 
 PARAMETERS = ("r_h", "alpha", "Q", "W0")
 NUM_POINTS = 256
@@ -80,12 +86,15 @@ def king_log_likelihood(
     centre: ArrayLike | None = None,
     bulk_velocity: ArrayLike | None = None,
     num_points: int = NUM_POINTS,
+    tabulated: bool = False,
 ) -> Array:
     """The exact unbinned log-likelihood (a scalar) of `data` under a King cluster.
 
-    Arguments as for `plummer_log_likelihood`, plus `W0` (central potential) and
-    `num_points` (static: grid nodes of the profile solve). Stars beyond the
-    tidal radius, or faster than the local escape speed, have likelihood 0.
+    Arguments as for `plummer_log_likelihood`, plus `W0` (central potential),
+    `num_points` (static: grid nodes of the profile solve) and `tabulated`
+    (static: read the profile from `progenax.profiles.king_table`, for
+    0.5 <= W0 <= 20, instead of solving it). Stars beyond the tidal radius, or
+    faster than the local escape speed, have likelihood 0.
     """
     # A non-finite W0 (a NUTS trajectory gone astray) gives -inf rather than
     # tripping the profile solver's range check.
@@ -101,6 +110,7 @@ def king_log_likelihood(
         centre=centre,
         bulk_velocity=bulk_velocity,
         num_points=num_points,
+        tabulated=tabulated,
     )
     total = jnp.where(ok, jnp.sum(terms), -jnp.inf)
     if data.masses is not None:
@@ -119,10 +129,11 @@ def king_phase_space_logpdf(
     centre: ArrayLike | None = None,
     bulk_velocity: ArrayLike | None = None,
     num_points: int = NUM_POINTS,
+    tabulated: bool = False,
 ) -> Array:
     """Per-star log p(x) + log p(v | x) (n,) in pc^-3 (km/s)^-3 (or (km/s)^-1 for line of sight)."""
     _refuse_projected(data)
-    profile = solve_king_profile(W0, 1.0, num_points=num_points)
+    profile = king_profile(W0, num_points=num_points, tabulated=tabulated)
     length, W = _star_potential(data, profile, r_h, centre)
     return _phase_space_terms(data, profile, length, W, Q, total_mass, G, bulk_velocity)
 
@@ -189,7 +200,9 @@ def _king_velocity_logpdf(v: Array, W: Array, s: Array) -> Array:
     return jnp.where(ok, value, -jnp.inf)
 
 
-def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = NUM_POINTS) -> dict[str, Array]:
+def king_initial_values(
+    data: ObservedCluster, total_mass, G, num_points: int = NUM_POINTS, tabulated: bool = False
+) -> dict[str, Array]:
     r"""Data-derived starting values: centre (median), bulk velocity (mean), r_h
     (median radius), and the best (W0, Q) on a grid of W0 (1.5 to 12 by 0.5).
 
@@ -207,7 +220,7 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
     def at(W0):
         Q = jnp.asarray(0.5, r_h.dtype)
         if has_v:
-            profile = solve_king_profile(W0, 1.0, num_points=num_points)
+            profile = king_profile(W0, num_points=num_points, tabulated=tabulated)
             length = r_h / profile.r_h
             W = king_potential(profile, safe_norm(data.positions - centre) / length)
             s1 = _velocity_scale_unit(data, profile, length, total_mass, G)
@@ -222,7 +235,17 @@ def king_initial_values(data: ObservedCluster, total_mass, G, num_points: int = 
             ms = mean_square_speed(W_safe, 1.0)  # <v^2> / s^2
             Q = jnp.maximum(jnp.mean(v2_moment / (2.0 * ms * s1)), 1.1 * jnp.max(v2 / (4.0 * W_safe * s1)))
         log_l = king_log_likelihood(
-            data, r_h, 2.3, Q, W0, total_mass=total_mass, G=G, centre=centre, bulk_velocity=bulk, num_points=num_points
+            data,
+            r_h,
+            2.3,
+            Q,
+            W0,
+            total_mass=total_mass,
+            G=G,
+            centre=centre,
+            bulk_velocity=bulk,
+            num_points=num_points,
+            tabulated=tabulated,
         )
         return jnp.where(jnp.isfinite(log_l), log_l, -jnp.inf), Q
 
@@ -248,6 +271,7 @@ def king_model(
     G: float = G_PHYSICAL,
     num_points: int = NUM_POINTS,
     reparametrize: bool = True,
+    tabulated: bool | None = None,
 ) -> None:
     r"""numpyro model: priors over r_h (pc), alpha, Q and W0, and the King likelihood.
 
@@ -277,6 +301,12 @@ def king_model(
     `reparametrize=False` to condition on r_h or Q). Priors on r_h and Q must
     have an interval, lower-bounded or real support.
 
+    **The profile** (`tabulated`, static). `True` reads the King profile at each
+    W0 from the table of `progenax.profiles.king_table` (0.5 <= W0 <= 20); `False`
+    solves Poisson's equation at every gradient, which makes a NUTS step about 15
+    times slower. The default `None` takes the table when the W0 prior's support
+    lies in [0.5, 20].
+
     ```python
     data = progenax.infer.simulate_king(key, n=2000, W0=6.0)
     mcmc = MCMC(NUTS(progenax.infer.king_model, init_strategy=progenax.infer.init_to_data()), ...)
@@ -286,7 +316,7 @@ def king_model(
     merged = check_model_arguments(data, likelihood, priors, King, PARAMETERS + FRAME_PARAMETERS, _king_defaults)
     if isinstance(likelihood, MockLikelihood):
         params = {p: numpyro.sample(p, merged[p], infer={INIT_KEY: likelihood.fiducial[p]}) for p in PARAMETERS}
-        mock_factor(likelihood, King, params)
+        mock_factor(likelihood, params)
         return
     if data.projected:
         raise NotImplementedError(
@@ -297,7 +327,10 @@ def king_model(
             support_bounds(name, merged[name])  # eager check of the support
         if data.velocities is not None:
             total_mass_of(data, total_mass)  # ValueError without masses or total_mass
-    start = king_initial_values(data, total_mass, G, num_points)
+    if tabulated is None:
+        span = prior_range(merged["W0"])
+        tabulated = span is not None and TABLE_W0_MIN <= span[0] and span[1] <= W0_MAX
+    start = king_initial_values(data, total_mass, G, num_points, tabulated)
 
     def site(name):
         return numpyro.sample(name, merged[name], infer={INIT_KEY: start[name]} if name in start else {})
@@ -317,6 +350,7 @@ def king_model(
             centre=centre,
             bulk_velocity=bulk,
             num_points=num_points,
+            tabulated=tabulated,
         )
         numpyro.factor("log_likelihood", log_l)
         return
@@ -324,7 +358,7 @@ def king_model(
     alpha, W0 = site("alpha"), site("W0")
     centre = site("centre") if fit_frame else None
     W0_ok = jnp.isfinite(W0)  # as in king_log_likelihood: -inf, not the solver's range check
-    profile = solve_king_profile(jnp.where(W0_ok, W0, 6.0), 1.0, num_points=num_points)
+    profile = king_profile(jnp.where(W0_ok, W0, 6.0), num_points=num_points, tabulated=tabulated)
     r_wall = jnp.max(_star_radii(data, centre)) * profile.r_h / profile.r_t
     r_h = site_above_wall("r_h", merged["r_h"], r_wall, start["r_h"])
     length, W = _star_potential(data, profile, r_h, centre)

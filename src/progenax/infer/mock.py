@@ -406,8 +406,7 @@ def mock_log_likelihood(spec: MockLikelihood, theta: dict) -> Array:
     return jnp.where(ok, -0.5 * jnp.sum(r**2), -jnp.inf)
 
 
-def mock_factor(spec: MockLikelihood, model: type[AbstractClusterModel], theta: dict) -> None:
-    """Add the mock log-likelihood as the numpyro factor "log_likelihood"."""
-    if spec.model is not model:
-        raise ValueError(f"this MockLikelihood was built for model {spec.model.NAME!r}, not {model.NAME!r}")
+def mock_factor(spec: MockLikelihood, theta: dict) -> None:
+    """Add the mock log-likelihood as the numpyro factor "log_likelihood" (`check_model_arguments`
+    has checked that `spec` was built for the calling model)."""
     numpyro.factor("log_likelihood", mock_log_likelihood(spec, theta))

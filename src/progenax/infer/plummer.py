@@ -166,7 +166,7 @@ def plummer_model(
     merged = check_model_arguments(data, likelihood, priors, Plummer, PARAMETERS + FRAME_PARAMETERS, default_priors)
     if isinstance(likelihood, MockLikelihood):
         params = {p: numpyro.sample(p, merged[p], infer={INIT_KEY: likelihood.fiducial[p]}) for p in PARAMETERS}
-        mock_factor(likelihood, Plummer, params)
+        mock_factor(likelihood, params)
         return
     start = plummer_initial_values(data, total_mass, G)
 
