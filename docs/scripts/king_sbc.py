@@ -8,7 +8,8 @@ histogram and chi-square p-value, and writes the figure and the ranks (JSON).
         [--batch-size 1] [--output docs/figures/king_sbc.png]
 
 `--batch-size` chains run together as one `vmap` (default 1: each chain at its
-own pace, which was faster than all 120 at once even on a GPU).
+own pace; all 120 at once on an H200 GPU were no faster a transition than that on
+2 CPU cores, `progenax.infer.calibration.simulation_based_calibration`).
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ def run_king_sbc(
 
     One chain at a time by default (`batch_size=1`): a `vmap`ped chain waits for
     the longest trajectory of its batch (the whole design: 567 s on 2 CPU cores one
-    at a time; all 120 `vmap`ped on an H200 GPU, 77 s for 80 of the 696 transitions).
+    at a time; all 120 `vmap`ped on an H200 GPU, 77 s for 40 warmup + 40 sampling
+    transitions of the 696).
     """
     return simulation_based_calibration(
         jax.random.PRNGKey(seed),

@@ -19,13 +19,14 @@ derivative of the interpolant. The density follows from $W_{\rm raw}$ in closed
 form, $\hat M_t$ is the last mass node and $c = \log_{10} r_t$, as in the solve.
 
 **Accuracy** (against the 256-node solve at 300 random $W_0$ in [0.5, 20],
-float64): $W_{\rm raw}$ and $r_t$ within $5\times10^{-7}$, $M$ within $5\times10^{-6}$ of
-its largest node, $r_h$ within $2\times10^{-6}$ relative; $dr_h/dW_0$ within
-$1.3\times10^{-4}$. The last figures are the solve's own: its $r_h$ and $r_t$ move
-with the bracketing grid node, so they are not quite smooth in $W_0$, and a finer
-table does not lower them. Below $W_0 = 0.5$ the profile changes as a power of
-$W_0$ ($r_t \propto W_0^{1/2}$) and the same spacing would miss by $10^{-3}$: use the
-solve there.
+float64): $W_{\rm raw}$ within $10^{-7}$ of its largest node, $r_t$ within
+$6\times10^{-7}$ relative, $M$ within $5\times10^{-6}$ of its largest node, $r_h$
+within $2\times10^{-6}$ relative; $dr_h/dW_0$ within $1.3\times10^{-4}$. Much of
+that is the solve's own: its $r_h$ and $r_t$ move with the bracketing grid node,
+so they are not quite smooth in $W_0$, and half the spacing lowers the $r_h$
+error only to $1.3\times10^{-6}$. Below $W_0 = 0.5$ the profile changes as a
+power of $W_0$ ($r_t \propto W_0^{1/2}$): a table reaching down to $W_0 = 10^{-3}$
+missed by $5\times10^{-4}$ and more. Use the solve there.
 
 **Cost.** The table is built on first use for each (`num_points`, dtype): one
 `vmap` of the solve and its tangent, about 2 s, kept for the process
