@@ -234,19 +234,8 @@ def king_initial_values(
             W_safe = jnp.maximum(W, 1e-12)
             ms = mean_square_speed(W_safe, 1.0)  # <v^2> / s^2
             Q = jnp.maximum(jnp.mean(v2_moment / (2.0 * ms * s1)), 1.1 * jnp.max(v2 / (4.0 * W_safe * s1)))
-        log_l = king_log_likelihood(
-            data,
-            r_h,
-            2.3,
-            Q,
-            W0,
-            total_mass=total_mass,
-            G=G,
-            centre=centre,
-            bulk_velocity=bulk,
-            num_points=num_points,
-            tabulated=tabulated,
-        )
+        options = {"total_mass": total_mass, "G": G, "num_points": num_points, "tabulated": tabulated}
+        log_l = king_log_likelihood(data, r_h, 2.3, Q, W0, centre=centre, bulk_velocity=bulk, **options)
         return jnp.where(jnp.isfinite(log_l), log_l, -jnp.inf), Q
 
     log_l, Q = jax.vmap(at)(jnp.asarray(_W0_GRID, r_h.dtype))
