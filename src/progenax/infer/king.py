@@ -46,7 +46,7 @@ from .._types import Array, ArrayLike
 from ..kinematics.king_df import mean_square_speed, regularized_lower_gamma
 from ..models import King
 from ..profiles.king import W0_MAX, king_density_of_W, king_potential, king_velocity_scale_squared
-from ..profiles.king_table import TABLE_W0_MIN, king_profile
+from ..profiles.king_table import king_profile, table_covers
 from ..sampling import safe_norm
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
@@ -318,7 +318,7 @@ def king_model(
             total_mass_of(data, total_mass)  # ValueError without masses or total_mass
     if tabulated is None:
         span = prior_range(merged["W0"])
-        tabulated = span is not None and TABLE_W0_MIN <= span[0] and span[1] <= W0_MAX
+        tabulated = span is not None and table_covers(*span)
     start = king_initial_values(data, total_mass, G, num_points, tabulated)
 
     def site(name):

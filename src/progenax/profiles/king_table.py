@@ -91,6 +91,11 @@ def king_table(num_points: int = 256, dtype: str = "float64") -> KingTable:
     return KingTable(u=u, r=np.asarray(r)[0], fields=table)
 
 
+def table_covers(lower: float, upper: float) -> bool:
+    """Whether every W0 in [lower, upper] lies in the table's range."""
+    return TABLE_W0_MIN <= lower and upper <= W0_MAX
+
+
 def interpolated_king_profile(W0: ArrayLike, *, num_points: int = 256) -> KingProfile:
     r"""The King ($g = 1$) profile at `W0` from the table (module docstring).
 
@@ -139,4 +144,4 @@ def king_profile(W0: ArrayLike, *, num_points: int = 256, tabulated: bool = Fals
     return solve_king_profile(W0, 1.0, num_points=num_points)
 
 
-__all__ = ["TABLE_W0_MIN", "KingTable", "interpolated_king_profile", "king_profile", "king_table"]
+__all__ = ["TABLE_W0_MIN", "KingTable", "interpolated_king_profile", "king_profile", "king_table", "table_covers"]
