@@ -35,13 +35,31 @@ WORKER = pathlib.Path(__file__).with_name("_worker.py")
 TOLERANCE = 1e-12
 
 
+# The longest worker takes about 100 s beside the rest of the suite on 2 cores.
+# Twice in eight full runs of the suite on 2 cores a 4-device worker hung
+# instead: every thread waiting on a futex, no CPU used, XLA reporting a
+# collective whose rendezvous one simulated device never joined; alone it
+# never has. The cause is not known (XLA's in-process CPU collectives). The
+# workers keep out of the run's shared compilation cache, and a worker that
+# outlives WORKER_TIMEOUT_S is run once more from the start: a hang, not a
+# wrong figure, is what the retry forgives.
+WORKER_TIMEOUT_S = 450
+WORKER_ATTEMPTS = 2
+
+
 def _run_worker(n_devices: int, *cases: str) -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in ("PROGENAX_TEST_XLA_CACHE", "PROGENAX_COMPILE_CACHE")}
     simulate_cpu_devices(n_devices, env)
     env["JAX_ENABLE_X64"] = "1"
-    done = subprocess.run(
-        [sys.executable, str(WORKER), *cases], env=env, capture_output=True, text=True, timeout=900, check=False
-    )
+    command = [sys.executable, str(WORKER), *cases]
+    for attempt in range(1, WORKER_ATTEMPTS + 1):
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+            break
+        except subprocess.TimeoutExpired:
+            if attempt == WORKER_ATTEMPTS:
+                raise
+            print(f"sharding worker {cases} hung past {WORKER_TIMEOUT_S} s; running it again", file=sys.stderr)
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert results["devices"] == n_devices
