@@ -8,6 +8,7 @@ pytest (no test_ prefix).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -22,12 +23,27 @@ from progenax import sharding, sph
 from progenax.cli import CACHE_MAX_BYTES
 from progenax.neighbours import minimum_image
 
+# A hung worker prints where it is before the caller's timeout kills it (conftest.py).
+if "PROGENAX_WORKER_STACK_AFTER_S" in os.environ:
+    faulthandler.dump_traceback_later(float(os.environ["PROGENAX_WORKER_STACK_AFTER_S"]))
+
 # The test run's compilation cache (tests/conftest.py), in the same mode.
 if "PROGENAX_TEST_XLA_CACHE" in os.environ:
     jax.config.update("jax_compilation_cache_dir", os.environ["PROGENAX_TEST_XLA_CACHE"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+
+
+def gathered(*arrays):
+    """Each array copied whole onto one device. The figures of a sharded build
+    are measured there: XLA's CPU runtime can deadlock (one simulated device
+    never joins a collective) in a long chain of small eager operations on
+    arrays laid out over the simulated devices, as diagnostics run eagerly
+    would be (reproduced with `half_mass_radius` called eagerly in a loop on
+    a sharded fractal; see tests/sharding/conftest.py)."""
+    out = tuple(jnp.asarray(np.asarray(a)) for a in arrays)
+    return out if len(out) > 1 else out[0]
 
 
 def rel(a, b) -> float:
@@ -217,7 +233,7 @@ def ring_mesh_energy(n_devices: int) -> dict:
 
 
 def _king_stats(ic) -> dict:
-    x, v, m = ic.state.positions, ic.state.velocities, ic.state.masses
+    x, v, m = gathered(ic.state.positions, ic.state.velocities, ic.state.masses)
     from progenax.diagnostics.energy import virial_ratio
 
     return {
@@ -299,14 +315,14 @@ def build_gravoturb(n_devices: int) -> dict:
     for kind, (a, b) in (("stars", stars), ("gas", clouds)):
         for axis in range(3):
             ks[f"{kind}_x{axis}"] = _ks_two_sample(a.state.positions[:, axis], b.state.positions[:, axis])
-        speeds = [jnp.linalg.norm(c.state.velocities, axis=-1) for c in (a, b)]
+        speeds = [np.linalg.norm(np.asarray(c.state.velocities), axis=-1) for c in (a, b)]
         ks[f"{kind}_speed"] = _ks_two_sample(*speeds)
     ks["gas_h"] = _ks_two_sample(clouds[0].smoothing_length, clouds[1].smoothing_length)
     out["ks"] = ks
     out["n"] = n
     out["shards"] = len(stars[0].state.positions.addressable_shards)
     scaled = gravoturb.star_builder(2, n=n, grid=32, Q=0.5, mesh=mesh).state
-    out["Q"] = float(virial_ratio(scaled.positions, scaled.velocities, scaled.masses, method="mesh"))
+    out["Q"] = float(virial_ratio(*gathered(scaled.positions, scaled.velocities, scaled.masses), method="mesh"))
     return out
 
 
@@ -333,12 +349,13 @@ def build_fractal(n_devices: int) -> dict:
     kroupa, one = (progenax.fractal_builder(4, n=n, mesh=m).state for m in (mesh, None))
     out["shards"] = len(kroupa.positions.addressable_shards)
     out["shard_rows"] = sorted({s.data.shape[0] for s in kroupa.positions.addressable_shards})
-    out["Q"] = float(virial_ratio(kroupa.positions, kroupa.velocities, kroupa.masses, method="mesh"))
-    out["r_h"] = float(half_mass_radius(kroupa.positions, kroupa.masses))
+    x, v, m = gathered(kroupa.positions, kroupa.velocities, kroupa.masses)
+    out["Q"] = float(virial_ratio(x, v, m, method="mesh"))
+    out["r_h"] = float(half_mass_radius(x, m))
     out["ks_m"] = _ks_two_sample(kroupa.masses, one.masses)
     out["n"] = n
     box = progenax.fractal_builder(4, n=n, profile="box", r_h=2.0, mesh=mesh).state
-    out["box_r_h"] = float(half_mass_radius(box.positions, box.masses)) / 2.0
+    out["box_r_h"] = float(half_mass_radius(*gathered(box.positions, box.masses))) / 2.0
     try:
         progenax.fractal_builder(5, n=n, segregation=0.3, mesh=mesh)
         out["refused"] = ""
@@ -358,7 +375,8 @@ def _gradient_figures(build) -> dict:
         return jnp.sum(s.masses * jnp.sum(s.positions**2, -1)), jnp.sum(s.masses * jnp.sum(s.velocities**2, -1))
 
     p0 = (1.3, 0.4, 2.1)
-    (ox, ov), vjp = jax.vjp(parts, *map(jnp.asarray, p0))
+    # jitted: two programs (forward and pullback), not a chain of eager ones (`gathered`)
+    (ox, ov), vjp = jax.vjp(jax.jit(parts), *map(jnp.asarray, p0))
     grad_x, grad_v = vjp((1.0, 0.0)), vjp((0.0, 1.0))
     out = {"x_rh": rel(grad_x[0], 2.0 * ox / p0[0]), "v_Q": rel(grad_v[1], ov / p0[1])}
     total = jax.jit(lambda *p: sum(parts(*p)))

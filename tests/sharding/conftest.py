@@ -26,6 +26,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -36,13 +37,20 @@ TOLERANCE = 1e-12
 
 
 # The longest worker takes about 100 s beside the rest of the suite on 2 cores.
-# Twice in eight full runs of the suite on 2 cores a 4-device worker hung
-# instead: every thread waiting on a futex, no CPU used, XLA reporting a
-# collective whose rendezvous one simulated device never joined; alone it
-# never has. The cause is not known (XLA's in-process CPU collectives). The
-# workers keep out of the run's shared compilation cache, and a worker that
+# A 4-device worker used to hang instead in about one full suite run in three:
+# every thread waiting on a futex, no CPU used, XLA reporting an all-reduce
+# whose rendezvous one simulated device never joined. gdb showed that
+# device's launch blocked on its in-flight computation semaphore
+# (`Semaphore::Acquire` in `CpuPjRtRawLoadedExecutable::Execute`) while the
+# other devices waited at the collective; faulthandler placed Python in
+# `half_mass_radius`, run eagerly on the sharded arrays. A loop of that call
+# alone reproduces it (4 processes at once on 2 cores, 3,000 calls each: one
+# of the 4 hung, after tens of thousands of eager dispatches). The workers therefore measure sharded results on a
+# gathered copy or inside `jax.jit` (`_worker.gathered`). A worker that still
 # outlives WORKER_TIMEOUT_S is run once more from the start: a hang, not a
-# wrong figure, is what the retry forgives.
+# wrong figure, is what the retry forgives; the worker prints its Python
+# stack just before the timeout, and the retry warning shows it. The workers
+# also keep out of the run's shared compilation cache.
 WORKER_TIMEOUT_S = 450
 WORKER_ATTEMPTS = 2
 
@@ -51,15 +59,20 @@ def _run_worker(n_devices: int, *cases: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PROGENAX_TEST_XLA_CACHE", "PROGENAX_COMPILE_CACHE")}
     simulate_cpu_devices(n_devices, env)
     env["JAX_ENABLE_X64"] = "1"
+    env["PROGENAX_WORKER_STACK_AFTER_S"] = str(WORKER_TIMEOUT_S - 15)
     command = [sys.executable, str(WORKER), *cases]
     for attempt in range(1, WORKER_ATTEMPTS + 1):
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
             break
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as hung:
             if attempt == WORKER_ATTEMPTS:
                 raise
-            print(f"sharding worker {cases} hung past {WORKER_TIMEOUT_S} s; running it again", file=sys.stderr)
+            stack = (hung.stderr or b"")[-3000:]
+            stack = stack.decode(errors="replace") if isinstance(stack, bytes) else stack
+            # a warning: pytest lists it in the run's summary although the retry passes
+            message = f"sharding worker {cases} hung past {WORKER_TIMEOUT_S} s, run again; its stack:\n{stack}"
+            warnings.warn(message, stacklevel=2)
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert results["devices"] == n_devices
