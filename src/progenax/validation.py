@@ -72,6 +72,14 @@ def _is_concrete(x: Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def array_module(*values):
+    """NumPy when no value is traced, else `jax.numpy`: a check on concrete
+    parameters computed in NumPy, since each eager jnp operation compiles a
+    one-op program on its first use (about 25 ms each, most of a builder's
+    first call before its own compile)."""
+    return np if all(_is_concrete(v) for v in values) else jnp
+
+
 def _primal(x):
     """The primal of a differentiation tracer (eager `grad`, `jacfwd`); x otherwise."""
     while isinstance(x, jax.core.Tracer) and hasattr(x, "primal"):
@@ -156,11 +164,9 @@ def _range_violation(
 ) -> tuple[Array, str]:
     """Elementwise 'out of range or not finite' and the message naming the range.
 
-    A concrete `x` is tested in NumPy: each eager jnp comparison would compile
-    a one-op program (about 25 ms each, most of a builder's first call before
-    its own compile).
+    A concrete `x` is tested in NumPy (`array_module`).
     """
-    xp = np if _is_concrete(x) else jnp
+    xp = array_module(x)
     x = xp.asarray(x)
     bad = ~xp.isfinite(x)
     parts = []

@@ -57,7 +57,7 @@ from jax.scipy.special import gammaln
 
 from .._types import Array, ArrayLike
 from ..sampling import solve_increasing
-from ..validation import check_range, error_if
+from ..validation import array_module, check_range, error_if
 
 _N_TERMS = 64  # terms in each series (core and halo); see the module docstring
 _UNROLL = 4  # unrolling of the Horner scan (run time against compile time)
@@ -405,10 +405,12 @@ TRUNCATED_HALF_MASS_MESSAGE = "r_h must be < 2^(-1/3) r_t and, for gamma < 2, (r
 
 def truncated_half_mass_unreachable(r_h: ArrayLike, r_t: ArrayLike, gamma: ArrayLike) -> Array:
     """True where no truncated EFF model has half its mass inside r_h (see
-    `eff_scale_radius`): r_h >= 2^(-1/3) r_t, or gamma < 2 and (r_h/r_t)^(2-gamma) <= 1/2."""
-    log_ratio = jnp.log(jnp.asarray(r_t) / jnp.asarray(r_h))
-    gamma = jnp.asarray(gamma)
-    return (log_ratio <= jnp.log(2.0) / 3.0) | ((gamma < 2.0) & ((2.0 - gamma) * log_ratio >= jnp.log(2.0)))
+    `eff_scale_radius`): r_h >= 2^(-1/3) r_t, or gamma < 2 and (r_h/r_t)^(2-gamma) <= 1/2.
+    In NumPy when no argument is traced (`array_module`)."""
+    xp = array_module(r_h, r_t, gamma)
+    log_ratio = xp.log(xp.asarray(r_t) / xp.asarray(r_h))
+    gamma = xp.asarray(gamma)
+    return (log_ratio <= math.log(2.0) / 3.0) | ((gamma < 2.0) & ((2.0 - gamma) * log_ratio >= math.log(2.0)))
 
 
 def eff_scale_radius(r_h: ArrayLike, gamma: ArrayLike, r_t: ArrayLike | None = None) -> Array:
