@@ -7,7 +7,7 @@ import pytest
 
 from progenax import eff_builder
 from progenax.diagnostics import half_mass_radius, potential_energy, virial_ratio
-from progenax.profiles.eff import eff_projected_half_mass_radius, eff_scale_radius
+from progenax.profiles.eff import eff_projected_half_mass_radius, eff_scale_radius, truncated_half_mass_unreachable
 
 ORIGIN = jnp.zeros(3)
 
@@ -163,3 +163,17 @@ def test_float32_no_nan(r_t):
             assert leaf.dtype == jnp.float32
             assert bool(jnp.all(jnp.isfinite(leaf)))
         assert g.dtype == jnp.float32 and jnp.isfinite(g)
+
+
+def test_truncated_relation_is_checked_in_numpy_when_concrete():
+    # Concrete parameters are tested in NumPy (`validation.array_module`): in jnp
+    # each operation compiled a one-op program on a builder's first call. Traced
+    # ones in jnp, with the same answers. Cases: (r_h, r_t, gamma) and whether no
+    # truncated model has half its mass inside r_h.
+    cases = [((1.0, 10.0, 2.5), False), ((1.0, 1.2, 2.5), True), ((1.0, 1.9, 1.5), False)]
+    cases += [((1.0, 10.0, 1.5), True), ((1.0, 3.0, 0.5), True)]
+    traced = jax.jit(truncated_half_mass_unreachable)
+    for args, unreachable in cases:
+        eager = truncated_half_mass_unreachable(*args)
+        assert isinstance(eager, (np.ndarray, np.bool_)), type(eager)
+        assert bool(eager) == bool(traced(*args)) == unreachable, args
