@@ -58,3 +58,60 @@ def test_builder_eager_and_inside_jit_and_grad_agree():
 
     # Positions scale exactly with r_h: d/dr_h sum |x|^2 = 2 sum |x|^2 / r_h at r_h = 1.
     np.testing.assert_allclose(jax.grad(size)(1.0), 2.0 * jnp.sum(eager.positions**2), rtol=1e-12)
+
+
+def test_eager_reverse_mode_is_only_an_eager_grad_or_vjp():
+    seen = {}
+
+    def probe(name):
+        def f(x):
+            seen.setdefault(name, _compile._eager_reverse_mode())
+            return x * 2.0
+
+        return f
+
+    probe("top")(1.0)
+    jax.grad(probe("grad"))(1.0)
+    jax.vjp(probe("vjp"), 1.0)
+    jax.jit(jax.grad(probe("jit_grad")))(1.0)
+    jax.jvp(probe("jvp"), (1.0,), (1.0,))
+    jax.vmap(jax.grad(probe("vmap_grad")))(jnp.ones(3))
+    jax.grad(jax.grad(probe("grad_grad")))(1.0)
+    assert seen == {
+        "top": False,
+        "grad": True,
+        "vjp": True,
+        "jit_grad": False,
+        "jvp": False,
+        "vmap_grad": False,
+        "grad_grad": False,
+    }
+
+
+def test_builder_gradient_in_every_mode(monkeypatch):
+    """An eager `grad` takes the builders' top-level forward and backward
+    (`run_once_jit`'s custom VJP); the gradient equals the jitted one, forward
+    mode, a jitted pullback and `jacrev` to rounding (1e-12: other compiles
+    round the last bits apart)."""
+    key = jax.random.PRNGKey(3)
+
+    def second_moments(r_h, Q):
+        s = progenax.plummer_builder(key, n=256, r_h=r_h, Q=Q).state
+        return jnp.sum(s.masses * (jnp.sum(s.positions**2, 1) + jnp.sum(s.velocities**2, 1)))
+
+    detected = []
+    real = _compile._eager_reverse_mode
+    monkeypatch.setattr(_compile, "_eager_reverse_mode", lambda: detected.append(real()) or detected[-1])
+    eager = jax.grad(second_moments, argnums=(0, 1))(1.0, 0.5)
+    assert detected == [True]
+
+    jitted = jax.jit(jax.grad(second_moments, argnums=(0, 1)))(1.0, 0.5)
+    np.testing.assert_allclose(eager, jitted, rtol=1e-12)
+    _, tangent = jax.jvp(second_moments, (1.0, 0.5), (1.0, 0.0))
+    np.testing.assert_allclose(tangent, eager[0], rtol=1e-12)
+    _, pullback = jax.vjp(second_moments, 1.0, 0.5)
+    np.testing.assert_allclose(jax.jit(pullback)(1.0), eager, rtol=1e-12)
+    rows = jax.jacrev(lambda p: jnp.stack([second_moments(*p), 2.0 * second_moments(*p)]))(jnp.array([1.0, 0.5]))
+    np.testing.assert_allclose(rows, [eager, 2.0 * np.asarray(eager)], rtol=1e-12)
+    # jit(grad), jvp: no; vjp, and jacrev (an eager vjp, its pullback vmapped) of two builds: yes
+    assert detected[1:] == [False, False, True, True, True], detected
