@@ -115,3 +115,12 @@ def test_builder_gradient_in_every_mode(monkeypatch):
     np.testing.assert_allclose(rows, [eager, 2.0 * np.asarray(eager)], rtol=1e-12)
     # jit(grad), jvp: no; vjp, and jacrev (an eager vjp, its pullback vmapped) of two builds: yes
     assert detected[1:] == [False, False, True, True, True], detected
+
+
+def test_outputs_without_a_cotangent_stay_out_of_an_eager_gradient():
+    """d/dx of the second output only: the first output's infinite partial at
+    x = 1 must not meet its zero cotangent (0 * inf = NaN), as in JAX's own
+    reverse pass (symbolic zeros). The error-free answer is 2."""
+    pair = _compile.run_once_jit(lambda x: (jnp.sqrt(x - 1.0), 2.0 * x), filter=True)
+    assert float(jax.grad(lambda x: pair(x)[1])(1.0)) == 2.0
+    assert np.isinf(float(jax.grad(lambda x: pair(x)[0])(1.0)))
