@@ -400,8 +400,12 @@ def test_coarse_grids_agree_with_the_defaults(king6):
 @pytest.mark.slow  # four builder compilations, 1-2 min
 def test_grid_options_reach_the_anisotropic_and_multimass_paths():
     # 128 / 16 against the defaults at n = 64 (r_h = 1 pc, ~0.5 km/s). Measured:
-    # max |dx| 1.0e-4 pc, |dv| 2.3e-3 km/s (ra = 5) and 4.1e-4 pc, 2.5e-5 km/s
-    # (2 mass bins); nonzero differences show the options reached the path.
+    # max |dx| 9.6e-5 pc, |dv| 2.3e-3 km/s (ra = 5) and 2.3e-3 pc, 6.4e-5 km/s
+    # (2 mass bins); nonzero differences show the options reached the path. The
+    # multi-mass grid spans 1e10 King radii (MULTIMASS_R_MAX, 1e5 before 0f48e55):
+    # its 128 nodes are 1.56 times wider in ln r, and the 5th-order solve's error
+    # grew by about 1.56^4 (4.1e-4 -> 2.3e-3 pc; against a 4096-node solve,
+    # 1024 nodes: 5.5e-8 -> 4.2e-7 pc). The bound on dx has twice that margin.
     for build in (
         lambda **kw: limepy_builder(0, n=64, ra=5.0, **kw),
         lambda **kw: king_builder(0, n=64, mass_bins=2, **kw),
@@ -409,7 +413,7 @@ def test_grid_options_reach_the_anisotropic_and_multimass_paths():
         coarse, default = build(profile_points=128, speed_table_size=16), build()
         dx = np.max(np.abs(np.asarray(coarse.state.positions) - np.asarray(default.state.positions)))
         dv = np.max(np.abs(np.asarray(coarse.state.velocities) - np.asarray(default.state.velocities)))
-        assert 0 < dx < 2e-3
+        assert 0 < dx < 5e-3
         assert 0 < dv < 1e-2
 
 
