@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from progenax.validation import ParameterChecks, check_count, check_finite, check_range
+from progenax.validation import ParameterChecks, _range_violation, check_count, check_finite, check_range
 
 
 def test_check_range_eager_names_argument():
@@ -153,3 +153,21 @@ def test_check_range_property(x, which):
             check_range("p", x, **bounds)
         with pytest.raises(Exception, match="p must be"):
             jax.block_until_ready(_JITTED[which](x))
+
+
+@pytest.mark.parametrize("transform", [jax.grad, jax.jacfwd, jax.hessian])
+def test_range_test_of_a_differentiated_value_runs_in_numpy(transform):
+    # An eager derivative's tracer has a concrete primal: the test is NumPy's
+    # (each eager jnp operation would compile a one-op program), and under a
+    # vmap, where the value has no concrete primal, it stays jax.numpy's.
+    kinds = []
+
+    def f(x):
+        kinds.append(type(_range_violation("r_h", x, lower=0.0)[0]))
+        return x**2
+
+    transform(f)(3.0)
+    assert kinds == [np.bool_]
+    kinds.clear()
+    jax.vmap(transform(f))(jnp.array([1.0, 2.0]))
+    assert len(kinds) == 1 and issubclass(kinds[0], jax.core.Tracer)

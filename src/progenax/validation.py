@@ -164,8 +164,11 @@ def _range_violation(
 ) -> tuple[Array, str]:
     """Elementwise 'out of range or not finite' and the message naming the range.
 
-    A concrete `x` is tested in NumPy (`array_module`).
+    A concrete `x`, or a differentiation tracer's concrete primal (eager
+    `grad`, `jacfwd`), is tested in NumPy (`array_module`): the test has no
+    derivative, and each eager jnp operation would compile a one-op program.
     """
+    x = _primal(x)
     xp = array_module(x)
     x = xp.asarray(x)
     bad = ~xp.isfinite(x)
