@@ -8,7 +8,7 @@
   the one hand-written reverse pass (O(N) residuals): autodiff of the pair
   function inside the loop, or the pair's own analytic pullback.
 - `LAYOUTS` / `layout_for` (layout.py): the one layout table, by dimension
-  (banded lists: the same cells, `BAND_GROUPS` groups); `group_count`: the
+  (banded lists: `BAND_LAYOUTS`, `BAND_GROUPS` groups); `group_count`: the
   groups a slot loop runs, more for large N (`MAX_GROUP_SIZE`).
 - `minimum_image`, `separation`, `safe_distance`, `unsort` (geometry.py).
 
@@ -33,6 +33,7 @@ from .geometry import safe_distance as safe_distance
 from .geometry import separation as separation
 from .geometry import unsort as unsort
 from .layout import BAND_GROUPS as BAND_GROUPS
+from .layout import BAND_LAYOUTS as BAND_LAYOUTS
 from .layout import LAYOUTS as LAYOUTS
 from .layout import MAX_GROUP_SIZE as MAX_GROUP_SIZE
 from .layout import Layout as Layout
@@ -61,6 +62,7 @@ __all__ = [
     "unsort",
     # layouts
     "BAND_GROUPS",
+    "BAND_LAYOUTS",
     "LAYOUTS",
     "Layout",
     "MAX_GROUP_SIZE",

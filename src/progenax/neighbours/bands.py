@@ -68,7 +68,7 @@ def build_bands(
     Not differentiated (built from `jax.lax.stop_gradient` values). `query`
     (N,) bool: only these particles get candidates (their pair sums); every
     particle is a source. Default: all. `layout`: default
-    `layout_for(d, banded=True)`, `LAYOUTS[d]` with `BAND_GROUPS` (128)
+    `layout_for(d, banded=True)`, `BAND_LAYOUTS[d]`, with `BAND_GROUPS` (128)
     groups: particles outside a band have no work and a group costs its
     largest count times its size, so many small groups keep a band's padding
     small (empty groups cost a loop test).

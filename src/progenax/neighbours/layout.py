@@ -7,8 +7,9 @@ trimmed to the kernel ball at that resolution), `chunk` candidate slots per
 loop step, and `groups` workload groups (particles with similar candidate
 counts share a trip count). Every pair sum in the library (SPH density,
 relaxation, the mesh potential's short range) reads it; banded lists
-(`neighbours.build_bands`, relaxation) take the same cells with
-`BAND_GROUPS` groups (`layout_for(d, banded=True)`).
+(`neighbours.build_bands`, relaxation) take `BAND_LAYOUTS`: the same cells
+with `BAND_GROUPS` groups, and in 2D the layout single lists had before
+(2, 8, 16) (`layout_for(d, banded=True)`).
 
 **Single lists**, measured with the SPH density loss's `value_and_grad`
 (forward and gradient), the seed's workload of `benchmarks/sph.py` (periodic,
@@ -29,10 +30,24 @@ of 5 at 1e5 and 3 at 1e6). Slots: pair slots evaluated per particle
         (2,  8, 16,  8)           (a)            -         116    103
         (3,  8, 16,  8)             -            -         104     91
     2D  (2,  4, 16,  8)           0.181 s      6.08 s       62     49
-        (2,  8, 16,  8)  *        0.168 s      5.42 s       56     46
+        (2,  8, 16,  8)           0.168 s      5.42 s       56     46
         (2, 16, 16,  8)           0.174 s      5.82 s       54     44
         (1,  8, 16,  8)           0.167 s      5.63 s       68     56
         (3,  8, 16,  8)           0.212 s        -          54     42
+
+The 2D layout then became (2, 16, 8, 16) *: half the chunk halves the
+padding a particle pays to round its slots up to a chunk, and finer x cells
+and twice the groups trim the rest, at the same speed. Quiet machine,
+`python benchmarks/sph.py --dims 2 --baseline` (forward / gradient, slots
+per particle for 31.4 neighbours; (2, 8, 16, 8) against (2, 16, 8, 16)):
+
+    N     (2,  8, 16,  8)               (2, 16,  8, 16)
+    1e4   0.0050 / 0.0105 s   56        0.0051 / 0.0110 s   49
+    1e5   0.0317 / 0.0757 s   56        0.0331 / 0.0733 s   49
+    1e6   0.440  / 0.818 s    53.4      0.424  / 0.846 s    48
+
+(3D: chunk 8 or x cells of reach / 32 leave the slots at 168-171 against
+176 and the times within 3%, so 3D keeps chunk 16.)
 
 (a) 1.375 s against 1.242 s for (1, 4, 16, 8) in another process; in a
 third, (2, 8, 32, 8) took 1.534 s against 1.112 s for (1, 4, 16, 8).
@@ -61,7 +76,11 @@ particle of the relaxed Plummer sphere, against 361 for (1, 4, 16, 128) and
 174 for (2, 8, 16, 128) (the banded layout before the engine), for 58
 neighbours; 100 steps took 169 s of CPU against 196 s for (1, 4, 16, 128),
 the same 1.95% rms (`benchmarks/relax.py --case plummer`, both runs at
-once). The 2D banded layout is not measured separately.
+once). In 2D the single lists' chunk of 8 made a relaxation slower
+(`benchmarks/relax.py --case box2d`, against (2, 8, 16, 128) in back-to-back
+runs: 10,000 particles, 200 steps, 5.4 s against 5.0 s; 100,000 particles,
+40 steps, 8.0 s against 7.2 s, for the same rms), so 2D banded lists keep
+(2, 8, 16, 128).
 """
 
 from __future__ import annotations
@@ -82,7 +101,7 @@ class Layout(NamedTuple):
 
 LAYOUTS = {
     1: Layout(1, 4, 16, 8),
-    2: Layout(2, 8, 16, 8),
+    2: Layout(2, 16, 8, 16),
     3: Layout(1, 16, 16, 8),
 }
 
@@ -108,6 +127,12 @@ def group_count(n: int, groups: int) -> int:
 # keep a band's padding small (empty groups cost a loop test).
 BAND_GROUPS = 128
 
+BAND_LAYOUTS = {
+    1: LAYOUTS[1]._replace(groups=BAND_GROUPS),
+    2: Layout(2, 8, 16, BAND_GROUPS),
+    3: LAYOUTS[3]._replace(groups=BAND_GROUPS),
+}
+
 
 def layout_for(
     dim: int,
@@ -118,7 +143,7 @@ def layout_for(
     groups: int | None = None,
     banded: bool = False,
 ) -> Layout:
-    """`LAYOUTS[dim]` (with `BAND_GROUPS` groups if `banded`) with the given
+    """`LAYOUTS[dim]` (`BAND_LAYOUTS[dim]` if `banded`) with the given
     fields replaced (None keeps the default); every field must be a positive
     int (`ValueError` naming it)."""
     if dim not in LAYOUTS:
@@ -129,7 +154,7 @@ def layout_for(
         "chunk": chunk,
         "groups": groups,
     }
-    layout = LAYOUTS[dim]._replace(groups=BAND_GROUPS) if banded else LAYOUTS[dim]
+    layout = BAND_LAYOUTS[dim] if banded else LAYOUTS[dim]
     for name, value in given.items():
         if value is None:
             continue
