@@ -205,9 +205,9 @@ def test_2d_layout_pays_little_padding():
     # The 2D layout's slots per particle (padding included) are at most 1.6
     # times the neighbours inside the kernel support (31.4 expected), on the
     # seed's workload (uniform, number density 10, h = 0.5). Counted, not
-    # timed. A particle's candidate count spreads by about sqrt(44) = 7 slots,
-    # so their mean over 1e4 particles moves by about 0.07 between keys,
-    # against a margin of 1.3 (49 measured, 50.3 allowed).
+    # timed. The mean moves between keys only when a group's trip count does
+    # (by 0.5 slot here: 16 groups of 625, chunks of 8): 49.0-49.5 over keys
+    # 0-5, against 50.3 allowed.
     n, h = 10_000, 0.5
     side = (n / 10.0) ** 0.5
     x = jax.random.uniform(jax.random.PRNGKey(0), (n, 2), jnp.float64) * side
