@@ -264,3 +264,17 @@ def test_half_shells_list_every_close_pair_once(dim, k):
 def test_half_shells_refuse_periodic_boxes():
     with pytest.raises(ValueError, match="open boundaries"):
         build_cell_list(jnp.zeros((4, 3)), jnp.asarray(1.0), box=jnp.ones(3), half=True)
+
+
+def test_gathered_components_share_loops_in_pairs():
+    # Two components of one shape and dtype share a loop as one complex
+    # accumulator; a lane-summed (M, 1) part is never paired with an (M, C)
+    # one; no gathered part still gets its loop (scattered and summed parts).
+    from progenax.neighbours.engine import _passes
+
+    wide, narrow = jax.ShapeDtypeStruct((4, 16), jnp.float64), jax.ShapeDtypeStruct((4, 1), jnp.float64)
+    acc = [jnp.zeros(4)] * 3
+    assert _passes([wide, wide, wide], acc) == [(0, 1), (2,)]
+    assert _passes([narrow, wide, wide], acc) == [(0,), (1, 2)]
+    assert _passes([wide, wide], [jnp.zeros(4), jnp.zeros(4, jnp.float32)]) == [(0,), (1,)]
+    assert _passes([], []) == [()]
