@@ -277,4 +277,5 @@ def test_gathered_components_share_loops_in_pairs():
     assert _passes([wide, wide, wide], acc) == [(0, 1), (2,)]
     assert _passes([narrow, wide, wide], acc) == [(0,), (1, 2)]
     assert _passes([wide, wide], [jnp.zeros(4), jnp.zeros(4, jnp.float32)]) == [(0,), (1,)]
+    assert _passes([wide, jax.ShapeDtypeStruct((4, 16), jnp.float32)], acc) == [(0,), (1,)]
     assert _passes([], []) == [()]

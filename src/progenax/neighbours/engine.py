@@ -195,16 +195,17 @@ def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, gro
 
 def _passes(parts, gathered) -> list[tuple[int, ...]]:
     """The gathered components by slot loop (`fold`): consecutive pairs of
-    one shape (`parts`: the pair code's output shapes) and one accumulator
-    dtype (`gathered`) share a loop as one complex accumulator, any other
-    component has its own (one of shape (M, 1) is added once a step, so it is
-    never broadcast against one of (M, C)). No gathered part: one loop, for
-    the scattered and summed parts."""
+    one shape and dtype (`parts`: the pair code's outputs) and one
+    accumulator dtype (`gathered`) share a loop as one complex accumulator;
+    any other component has its own (one of shape (M, 1) is added once a
+    step, so it is never broadcast against one of (M, C)). No gathered part:
+    one loop, for the scattered and summed parts."""
     passes, k = [], 0
     while k < len(parts):
         pair = (
             k + 1 < len(parts)
             and parts[k].shape == parts[k + 1].shape
+            and parts[k].dtype == parts[k + 1].dtype
             and gathered[k].dtype == gathered[k + 1].dtype
             and jnp.issubdtype(gathered[k].dtype, jnp.floating)
         )
