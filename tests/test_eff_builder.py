@@ -166,7 +166,7 @@ def test_float32_no_nan(r_t):
 
 
 def test_truncated_relation_is_checked_in_numpy_when_concrete():
-    # Concrete parameters are tested in NumPy (`validation.array_module`): in jnp
+    # Concrete parameters are tested in NumPy (`validation.testable`): in jnp
     # each operation compiled a one-op program on a builder's first call. Traced
     # ones in jnp, with the same answers. Cases: (r_h, r_t, gamma) and whether no
     # truncated model has half its mass inside r_h.

@@ -72,19 +72,25 @@ def _is_concrete(x: Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def array_module(*values):
-    """NumPy when no value is traced, else `jax.numpy`: a check on concrete
-    parameters computed in NumPy, since each eager jnp operation compiles a
-    one-op program on its first use (about 25 ms each, most of a builder's
-    first call before its own compile)."""
-    return np if all(_is_concrete(v) for v in values) else jnp
-
-
 def _primal(x):
     """The primal of a differentiation tracer (eager `grad`, `jacfwd`); x otherwise."""
     while isinstance(x, jax.core.Tracer) and hasattr(x, "primal"):
         x = x.primal
     return x
+
+
+def testable(*values) -> tuple:
+    """`(xp, values)`: the module to test a condition on parameters with, and
+    the values to test. NumPy and the concrete values (a differentiation
+    tracer's concrete primal in its place, under an eager `grad` or `jacfwd`:
+    a test has no derivative) when nothing else is traced; else `jax.numpy`
+    and the values as given. Each eager jnp operation compiles a one-op
+    program on its first use (about 25 ms each, most of a builder's first
+    call before its own compile)."""
+    primals = tuple(_primal(v) for v in values)
+    if all(_is_concrete(p) for p in primals):
+        return np, primals
+    return jnp, values
 
 
 def _shown(x: Array) -> str:
@@ -164,12 +170,10 @@ def _range_violation(
 ) -> tuple[Array, str]:
     """Elementwise 'out of range or not finite' and the message naming the range.
 
-    A concrete `x`, or a differentiation tracer's concrete primal (eager
-    `grad`, `jacfwd`), is tested in NumPy (`array_module`): the test has no
-    derivative, and each eager jnp operation would compile a one-op program.
+    A concrete `x`, or a differentiation tracer's concrete primal, is tested
+    in NumPy (`testable`).
     """
-    x = _primal(x)
-    xp = array_module(x)
+    xp, (x,) = testable(x)
     x = xp.asarray(x)
     bad = ~xp.isfinite(x)
     parts = []

@@ -57,7 +57,7 @@ from jax.scipy.special import gammaln
 
 from .._types import Array, ArrayLike
 from ..sampling import solve_increasing
-from ..validation import array_module, check_range, error_if
+from ..validation import check_range, error_if, testable
 
 _N_TERMS = 64  # terms in each series (core and halo); see the module docstring
 _UNROLL = 4  # unrolling of the Horner scan (run time against compile time)
@@ -395,7 +395,7 @@ def _raise_if(x: Array, bad: Array, message: str) -> Array:
     """ValueError now if concrete, else `equinox.error_if` at run time."""
     if isinstance(bad, jax.core.Tracer):
         return error_if(x, jnp.any(bad), message)
-    if bool(jnp.any(bad)):
+    if bool(np.any(bad)):
         raise ValueError(message)
     return x
 
@@ -406,8 +406,8 @@ TRUNCATED_HALF_MASS_MESSAGE = "r_h must be < 2^(-1/3) r_t and, for gamma < 2, (r
 def truncated_half_mass_unreachable(r_h: ArrayLike, r_t: ArrayLike, gamma: ArrayLike) -> Array:
     """True where no truncated EFF model has half its mass inside r_h (see
     `eff_scale_radius`): r_h >= 2^(-1/3) r_t, or gamma < 2 and (r_h/r_t)^(2-gamma) <= 1/2.
-    In NumPy when no argument is traced (`array_module`)."""
-    xp = array_module(r_h, r_t, gamma)
+    In NumPy when no argument is traced (`validation.testable`)."""
+    xp, (r_h, r_t, gamma) = testable(r_h, r_t, gamma)
     log_ratio = xp.log(xp.asarray(r_t) / xp.asarray(r_h))
     gamma = xp.asarray(gamma)
     return (log_ratio <= math.log(2.0) / 3.0) | ((gamma < 2.0) & ((2.0 - gamma) * log_ratio >= math.log(2.0)))
