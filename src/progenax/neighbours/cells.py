@@ -73,9 +73,12 @@ class CellList(eqx.Module):
     - `source`: candidate index -> sorted index, (2N,) for periodic boxes (every
       row stored twice), None for open boundaries (the identity).
     - `self_index`: each particle's own candidate index, (N,).
-    - `run_begin`, `run_length`: first candidate index and length of each run,
-      (N, S) with S = (2k+1)^(d-1), ((2k+1)^(d-1) + 1)/2 in half shells
-      (length 0 for an unused run).
+    - `run_start`, `run_jump`: each particle's runs as its virtual list (see
+      the module notes), run-major, (S, N), with S = (2k+1)^(d-1),
+      ((2k+1)^(d-1) + 1)/2 in half shells: the slot $c_r$ where run r
+      starts and the jump $\Delta_r$ in candidate index there (an unused run
+      is empty: it starts where the next one does).
+    - `total`: each particle's number of candidates, (N,).
     - `by_workload`: sorted indices ordered by candidate count (ties in sorted
       order), so that particles with similar work share a loop.
     - `box`: periodic box lengths (d,), or None for open boundaries.
@@ -85,8 +88,9 @@ class CellList(eqx.Module):
     positions: Array
     source: Array | None
     self_index: Array
-    run_begin: Array
-    run_length: Array
+    run_start: Array
+    run_jump: Array
+    total: Array
     by_workload: Array
     box: Array | None
 
@@ -97,6 +101,17 @@ class CellList(eqx.Module):
     @property
     def dim(self) -> int:
         return self.positions.shape[0]
+
+    @property
+    def run_begin(self) -> Array:
+        """First candidate index of each run, (N, S)."""
+        return (self.run_start + jnp.cumsum(self.run_jump, axis=0)).T
+
+    @property
+    def run_length(self) -> Array:
+        """Number of candidates in each run, (N, S)."""
+        ends = jnp.concatenate([self.run_start[1:], self.total[None]], axis=0)
+        return (ends - self.run_start).T
 
 
 def _static_cells_per_axis(n: int, dim: int, k: int, kx: int, max_cells: int | None) -> tuple[int, ...]:
@@ -260,9 +275,29 @@ def build_cell_list(
         source = source.at[second].set(sorted_index, unique_indices=True)
     # Group by loop steps needed (at most 2N / chunk + 1: the doubled periodic
     # layout); within a group the cell order, and so memory locality, is kept.
-    steps = -(-jnp.sum(length, axis=1) // chunk)
+    run_start, run_jump, total = _virtual_list(begin, length)
+    steps = -(-total // chunk)
     _, by_workload = _sort_by_cell(steps, 2 * n // chunk + 2)
-    return CellList(order, sorted_positions, source, self_index, begin, length, by_workload, box)
+    return CellList(order, sorted_positions, source, self_index, run_start, run_jump, total, by_workload, box)
+
+
+def _virtual_list(begin: Array, length: Array) -> tuple[Array, Array, Array]:
+    """Runs (first candidate index, length; (S, N) each) laid end to end:
+    the slot where each run starts, the jump in candidate index there
+    ((S, N) each) and the candidates in all (N,). Done once per build, run by
+    run (S is static), so the slot loop of every pair sum reads them ready."""
+    # Kept in memory first: fused into the running sums below, each run's
+    # bounds (gathers of `cell_start`) would be recomputed by every later run.
+    begin, length = jax.lax.optimization_barrier((begin, length))
+    starts, jumps = [], []
+    start = jnp.zeros_like(length[0])
+    offset = jnp.zeros_like(begin[0])
+    for run_begin, run_length in zip(begin, length):
+        starts.append(start)
+        jumps.append(run_begin - start - offset)
+        offset = run_begin - start
+        start = start + run_length
+    return jnp.stack(starts), jnp.stack(jumps), start
 
 
 class _RowIndex:
@@ -301,7 +336,8 @@ class _RowIndex:
 
 
 def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex, k, after=None):
-    """First candidate index and length of each particle's run in each row, (N, S).
+    """First candidate index and length of each particle's run in each row,
+    run-major: (S, N) each.
 
     Rows farther than `reach` from the particle are empty, and each row's run
     covers only the cells that the ball of radius `reach` about the particle
@@ -347,7 +383,7 @@ def _candidate_runs(coords, frac, side, reach, counts, strides, rows: _RowIndex,
             end = jnp.maximum(end, begin)
         begins.append(begin)
         lengths.append(jnp.where(valid, end - begin, 0))
-    return jnp.stack(begins, axis=1), jnp.stack(lengths, axis=1)
+    return jnp.stack(begins), jnp.stack(lengths)
 
 
 def _query_runs(is_query, coords, frac, side, reach, counts, strides, rows: _RowIndex, k, half=False):
@@ -370,16 +406,16 @@ def _query_runs(is_query, coords, frac, side, reach, counts, strides, rows: _Row
         at = jnp.minimum(ids, n - 1)
         after = at if half else None
         begin, length = _candidate_runs(coords[at], frac[at], side, reach[at], counts, strides, rows, k, after)
-        return tuple(r.at[ids].set(v, mode="drop", unique_indices=True) for r, v in zip(runs, (begin, length)))
+        return tuple(r.at[:, ids].set(v, mode="drop", unique_indices=True) for r, v in zip(runs, (begin, length)))
 
-    empty = vary_like(jnp.zeros((n, n_runs), jnp.int32), coords, reach)
+    empty = vary_like(jnp.zeros((n_runs, n), jnp.int32), coords, reach)
     trips = (jnp.sum(is_query, dtype=jnp.int32) + block - 1) // block
     return jax.lax.fori_loop(0, trips, one_block, (empty, empty))
 
 
 def candidate_counts(cells: CellList) -> Array:
     """Number of candidates (pairs examined, self included) of each particle, sorted order."""
-    return jnp.sum(cells.run_length, axis=1)
+    return cells.total
 
 
 def slots_per_particle(cells: CellList, chunk: int, groups: int = 8) -> Array:

@@ -132,13 +132,9 @@ def fold(cells: CellList, terms, gathered, scattered, summed, *, chunk: int, gro
         gathered, scattered, summed = acc
         i = jax.lax.dynamic_slice(members, (g * size,), (size,))
         real = g * size + jnp.arange(size) < n
-        lengths = cells.run_length[i]
-        ends = jnp.cumsum(lengths, axis=1)
-        run_start = ends - lengths
         # Candidate index = slot + offset inside a run; offsets as jumps at run starts.
-        jump = jnp.diff(cells.run_begin[i] - run_start, axis=1, prepend=jnp.zeros_like(run_start[:, :1]))
-        total = jnp.where(real, ends[:, -1], 0)
-        starts, jumps = run_start.T[:, :, None], jump.T[:, :, None]
+        starts, jumps = cells.run_start[:, i, None], cells.run_jump[:, i, None]
+        total = jnp.where(real, cells.total[i], 0)
         self_index = cells.self_index[i]
         n_steps = (jnp.max(total) + chunk - 1) // chunk
         rows = i[:, None]
