@@ -66,7 +66,7 @@ _QUERY_BLOCK = 4096
 
 
 class CellList(eqx.Module):
-    """Particles sorted by cell, with each one's candidate runs.
+    r"""Particles sorted by cell, with each one's candidate runs.
 
     - `order`: sorted slot -> original particle index, (N,).
     - `positions`: sorted positions, (d, N) (one row per axis).
