@@ -288,6 +288,26 @@ def where_sparse(
     return jax.lax.cond(overflow, dense, sparse, None).reshape(shape)
 
 
+@jax.custom_jvp
+def ndtri(p: Array) -> Array:
+    r"""The standard normal quantile $x = \Phi^{-1}(p)$ (`jax.scipy.special.ndtri`'s
+    values), with its derivative in closed form, $dx/dp = \sqrt{2\pi}\,e^{x^2/2}$.
+
+    Differentiating `jax.scipy.special.ndtri` differentiates its piecewise
+    rational approximation, branch by branch: most of a gas cloud's gradient
+    program (`gravoturb.pdf`). The one home of the normal quantile (IMFs,
+    binary distributions, the gravoturbulent PDF).
+    """
+    return jax.scipy.special.ndtri(p)
+
+
+@ndtri.defjvp
+def _ndtri_jvp(primals, tangents):
+    (p,), (dp,) = primals, tangents
+    x = ndtri(p)
+    return x, dp * jnp.sqrt(2.0 * jnp.pi).astype(x.dtype) * jnp.exp(0.5 * x * x)
+
+
 def uniform_open(key: Array, shape: tuple[int, ...], dtype=None) -> Array:
     """Uniform variates in the open interval (0, 1): never exactly 0 or 1.
 

@@ -40,10 +40,11 @@ import abc
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import ndtr, ndtri
+from jax.scipy.special import ndtr
 
 from .._types import Array, ArrayLike
 from ..imf.power_law import expm1_over_x, log1p_frac_over_x
+from ..sampling import ndtri
 from .moe17 import Moe17
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._types import Array, ArrayLike, Masses, Scalar, Weights
 from ..models import RecordedModel, as_model
@@ -87,14 +88,19 @@ class TurbulentField(eqx.Module):
         base = jnp.floor(jax.lax.stop_gradient(coords))
         frac = coords - base
         base = base.astype(jnp.int32)
+        # The eight corners' cells in one gather (and so one scatter in the
+        # gradient): a gather per corner made this most of a gas cloud's
+        # gradient program. The corners are then summed in order, as before.
+        bits = np.array([[(corner >> d) & 1 for d in range(3)] for corner in range(8)])  # (8, 3)
+        cell = (base[..., None, :] + bits) % g  # (..., 8, 3)
+        flat = (cell[..., 0] * g + cell[..., 1]) * g + cell[..., 2]
+        values = self.velocity.reshape(-1, 3)[flat]  # (..., 8, 3)
         out = jnp.zeros(x.shape[:-1] + (3,), self.velocity.dtype)
         for corner in range(8):
-            bits = [(corner >> d) & 1 for d in range(3)]
-            idx = [(base[..., d] + bits[d]) % g for d in range(3)]
             w = 1.0
             for d in range(3):
-                w = w * (frac[..., d] if bits[d] else 1.0 - frac[..., d])
-            out = out + w[..., None] * self.velocity[idx[0], idx[1], idx[2]]
+                w = w * (frac[..., d] if bits[corner, d] else 1.0 - frac[..., d])
+            out = out + w[..., None] * values[..., corner, :]
         return out
 
 

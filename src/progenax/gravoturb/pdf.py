@@ -53,9 +53,10 @@ import math
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.scipy.special import ndtr, ndtri
+from jax.scipy.special import ndtr
 
 from .._types import Array, ArrayLike, Scalar
+from ..sampling import ndtri
 from ..validation import check_range
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

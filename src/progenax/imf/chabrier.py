@@ -30,9 +30,10 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import ndtr, ndtri
+from jax.scipy.special import ndtr
 
 from .._types import Array, ArrayLike, Key, Scalar
+from ..sampling import ndtri
 from ..validation import check_range, error_if
 from .power_law import _segment_integral, log1p_frac_over_x
 
