@@ -10,7 +10,7 @@
 - `LAYOUTS` / `layout_for` (layout.py): the one layout table, by dimension
   (banded lists: `BAND_LAYOUTS`, `BAND_GROUPS` groups); `group_count`: the
   groups a slot loop runs, more for large N (`MAX_GROUP_SIZE`).
-- `minimum_image`, `separation`, `safe_distance`, `unsort` (geometry.py).
+- `image_shift`, `minimum_image`, `separation`, `safe_distance`, `unsort` (geometry.py).
 
 `progenax.sph` (density, relaxation) and the mesh potential's short-range
 part are pair functions on it.
@@ -28,6 +28,7 @@ from .engine import PairPullback as PairPullback
 from .engine import each_list as each_list
 from .engine import fold as fold
 from .engine import make_pair_sum as make_pair_sum
+from .geometry import image_shift as image_shift
 from .geometry import minimum_image as minimum_image
 from .geometry import safe_distance as safe_distance
 from .geometry import separation as separation
@@ -56,6 +57,7 @@ __all__ = [
     "fold",
     "make_pair_sum",
     # geometry
+    "image_shift",
     "minimum_image",
     "safe_distance",
     "separation",
