@@ -338,3 +338,21 @@ def test_float32_no_nan(r_t):
         assert float(jnp.max(jnp.abs(F - u))) < 1e-5  # float32 rounding of u near 1
         assert abs(float(half) - 0.5) < 1e-5
         assert all(g.dtype == jnp.float32 and bool(jnp.isfinite(g)) for g in grads)
+
+
+@pytest.mark.parametrize("b", [-0.9, -0.25, 1e-6, 0.5, 2.0])
+def test_core_coefficients_derivative_is_the_running_products(b):
+    # The series coefficients A_j = prod_{i<j} (b + 3/2 + i) / (5/2 + i) carry
+    # a closed-form derivative; it must equal autodiff of the running product
+    # itself (b < 0: gamma in (0, 2), truncated models) to round-off.
+    from progenax.profiles.eff import _N_TERMS, _core_coefficients
+
+    def running_product(b):
+        j = jnp.arange(_N_TERMS - 1, dtype=b.dtype)
+        ratios = (b + 1.5 + j) / (2.5 + j)
+        return jnp.cumprod(jnp.concatenate([jnp.ones(1, b.dtype), ratios]))
+
+    b = jnp.float64(b)
+    np.testing.assert_array_equal(np.asarray(_core_coefficients(b)), np.asarray(running_product(b)))
+    np.testing.assert_allclose(jax.jacfwd(_core_coefficients)(b), jax.jacfwd(running_product)(b), rtol=1e-13)
+    np.testing.assert_allclose(jax.jacrev(_core_coefficients)(b), jax.jacfwd(running_product)(b), rtol=1e-13)

@@ -89,7 +89,7 @@ class TurbulentField(eqx.Module):
         frac = coords - base
         base = base.astype(jnp.int32)
         # The eight corners' cells in one gather (and so one scatter in the
-        # gradient): a gather per corner made this most of a gas cloud's
+        # gradient): a gather per corner made about a sixth of a gas cloud's
         # gradient program. The corners are then summed in order, as before.
         bits = np.array([[(corner >> d) & 1 for d in range(3)] for corner in range(8)])  # (8, 3)
         cell = (base[..., None, :] + bits) % g  # (..., 8, 3)

@@ -79,8 +79,7 @@ class _Shape:
         self.b = b = 0.5 * (jnp.asarray(gamma) - 2.0)
         j = jnp.arange(_N_TERMS, dtype=b.dtype)
         bj = b[..., None]
-        ratios = (bj + 1.5 + j[:-1]) / (2.5 + j[:-1])
-        self.core = jnp.cumprod(jnp.concatenate([jnp.ones_like(bj), ratios], axis=-1), axis=-1)
+        self.core = _core_coefficients(b)
         self.halo = jnp.asarray(_HALF_BINOM, b.dtype) / (bj + 1.0 + j)
         half = jnp.asarray(0.5, b.dtype)
         self.p_half = _power_sum(self.halo, half)
@@ -138,6 +137,30 @@ class _Shape:
         x_h = jnp.where(use_core, 1.0, x)
         over_x = jnp.where(use_core, (2.0 / 3.0) * sx * jnp.exp(self.b * ly_c) * poly, m / x_h)
         return m, mc, over_x
+
+
+@jax.custom_jvp
+def _core_coefficients(b: Array) -> Array:
+    r"""The core series' coefficients $A_j = \prod_{i<j} (b + 3/2 + i)/(5/2 + i)$,
+    $j < N$, shape b.shape + (N,). Their derivative is in closed form,
+    $\partial_b A_j = A_j \sum_{i<j} 1/(b + 3/2 + i)$: autodiff of the
+    running product differentiates an associative scan, about a tenth of an
+    EFF builder's gradient program."""
+    bj = b[..., None]
+    j = jnp.arange(_N_TERMS - 1, dtype=b.dtype)
+    ratios = (bj + 1.5 + j) / (2.5 + j)
+    return jnp.cumprod(jnp.concatenate([jnp.ones_like(bj), ratios], axis=-1), axis=-1)
+
+
+@_core_coefficients.defjvp
+def _core_coefficients_jvp(primals, tangents):
+    (b,), (db,) = primals, tangents
+    core = _core_coefficients(b)
+    bj = b[..., None]
+    j = jnp.arange(_N_TERMS - 1, dtype=b.dtype)
+    log_slope = jnp.cumsum(1.0 / (bj + 1.5 + j), axis=-1)
+    log_slope = jnp.concatenate([jnp.zeros_like(bj), log_slope], axis=-1)
+    return core, core * log_slope * db[..., None]
 
 
 def _power_sum(coef: Array, z: Array) -> Array:
