@@ -120,12 +120,13 @@ def _closed_form_lower_gamma(a: np.ndarray, x: Array) -> Array:
     $\partial_x P = x^{a-1} e^{-x} / \Gamma(a)$ (a custom JVP, as `gammainc`'s:
     differentiating the series would double the gradient's program).
     """
+    orders = a
     a = np.broadcast_to(a, np.broadcast_shapes(a.shape, x.shape))
     log_gamma_a = np.vectorize(math.lgamma)(a)  # NumPy: the rule closes over no tracer
 
     @jax.custom_jvp
     def P(x):
-        return _closed_form_value(a, x)
+        return _closed_form_value(a, x, orders)
 
     @P.defjvp
     def _(primals, tangents):
@@ -136,16 +137,19 @@ def _closed_form_lower_gamma(a: np.ndarray, x: Array) -> Array:
     return P(jnp.broadcast_to(x, a.shape))
 
 
-def _closed_form_value(a: np.ndarray, x: Array) -> Array:
-    """The value of `_closed_form_lower_gamma` (a and x of the same shape)."""
+def _closed_form_value(a: np.ndarray, x: Array, orders: np.ndarray) -> Array:
+    """The value of `_closed_form_lower_gamma` (a and x of the same shape;
+    `orders`: a before it was broadcast)."""
     dtype = x.dtype
     x_c = jnp.asarray(np.maximum(2.0, a), dtype)
     below = x < x_c
-    # Power series: Horner on 1 + x/(a+1) (1 + x/(a+2) (1 + ...)).
+    # Power series: Horner on 1 + x/(a+1) (1 + x/(a+2) (1 + ...)), a rolled
+    # loop over a table of 1/(a+k) at the orders' own shape: unrolled, with a
+    # constant of x's shape per term, it was a King builder's largest kernel.
     xs = jnp.where(below, x, x_c)
-    series = jnp.ones_like(xs)
-    for k in range(_SERIES_TERMS - 1, 0, -1):
-        series = 1.0 + xs * jnp.asarray(1.0 / (a + k), dtype) * series
+    k = np.arange(_SERIES_TERMS - 1, 0, -1).reshape((-1,) + (1,) * orders.ndim)
+    inverse = jnp.asarray(1.0 / (orders + k), dtype)
+    series = jax.lax.fori_loop(0, _SERIES_TERMS - 1, lambda i, acc: 1.0 + xs * inverse[i] * acc, jnp.ones_like(xs))
     log_gamma = np.vectorize(math.lgamma)(a + 1.0)
     lower = jnp.exp(jnp.asarray(a, dtype) * jnp.log(xs) - xs - jnp.asarray(log_gamma, dtype)) * series
     # Finite sums: n = floor(a) terms of x^(k + f) / Gamma(k + f + 1), f = a - n.
