@@ -305,7 +305,7 @@ def ndtri(p: Array) -> Array:
 def _ndtri_jvp(primals, tangents):
     (p,), (dp,) = primals, tangents
     x = ndtri(p)
-    return x, dp * (np.sqrt(2.0 * np.pi) * jnp.exp(0.5 * x * x))
+    return x, dp * (float(np.sqrt(2.0 * np.pi)) * jnp.exp(0.5 * x * x))
 
 
 def uniform_open(key: Array, shape: tuple[int, ...], dtype=None) -> Array:
@@ -319,11 +319,21 @@ def uniform_open(key: Array, shape: tuple[int, ...], dtype=None) -> Array:
     return jax.random.uniform(key, shape, dtype, minval=tiny, maxval=1.0 - tiny)
 
 
+def _scaled_uniform(unit: Array, lo: float, hi: float) -> Array:
+    """U(0, 1) variates moved to U(lo, hi) exactly as `jax.random.uniform` moves
+    them: max(lo, u (hi - lo) + lo), in the variates' dtype."""
+    lo, hi = jnp.asarray(lo, unit.dtype), jnp.asarray(hi, unit.dtype)
+    return jnp.maximum(lo, unit * (hi - lo) + lo)
+
+
 def isotropic_directions(key: Array, n: int, dtype=None) -> Array:
     r"""n unit vectors uniform on the sphere: $\cos\theta \sim U(-1,1)$, $\phi \sim U(0,2\pi)$."""
     dtype = dtype or jnp.result_type(float)
-    k1, k2 = jax.random.split(key)
-    cos_t = jax.random.uniform(k1, (n,), dtype, -1.0, 1.0)
-    phi = jax.random.uniform(k2, (n,), dtype, 0.0, 2.0 * jnp.pi)
+    # The two uniforms of the key's two halves in one draw (one counter hash in
+    # the program, where two made every builder's program longer), scaled as
+    # `jax.random.uniform(k, shape, dtype, lo, hi)` scales: the same bits.
+    unit = jax.vmap(lambda k: jax.random.uniform(k, (n,), dtype))(jax.random.split(key))
+    cos_t = _scaled_uniform(unit[0], -1.0, 1.0)
+    phi = _scaled_uniform(unit[1], 0.0, 2.0 * jnp.pi)
     sin_t = jnp.sqrt(jnp.clip(1.0 - cos_t**2, 0.0, 1.0))
     return jnp.stack([sin_t * jnp.cos(phi), sin_t * jnp.sin(phi), cos_t], axis=-1)
