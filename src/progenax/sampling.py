@@ -142,6 +142,23 @@ def _implicit_root_jvp(F_closed, primals, tangents):
     return root, safe_divide(d_target - dF, F_x)
 
 
+def hermite_weights(t: Array, step: Array | float) -> tuple[Array, Array, Array, Array]:
+    r"""The cubic Hermite basis at fraction `t` in [0, 1] of a cell of width
+    `step`: the weights of $f_a$, $f'_a$, $f_b$, $f'_b$,
+
+    $$(1 + 2t)(1 - t)^2,\quad t(1 - t)^2\,h,\quad t^2(3 - 2t),\quad t^2(t - 1)\,h.$$
+
+    The one home of the cubic Hermite interpolant (`hermite_cell`)."""
+    return (1 + 2 * t) * (1 - t) ** 2, t * (1 - t) ** 2 * step, t**2 * (3 - 2 * t), t**2 * (t - 1) * step
+
+
+def hermite_cell(t: Array, step: Array | float, fa: Array, fb: Array, da: Array, db: Array) -> Array:
+    """The cubic through (0, fa) and (1, fb) with slopes da, db per unit of the
+    cell's width `step`, at fraction `t` of the cell (`hermite_weights`)."""
+    w_fa, w_da, w_fb, w_db = hermite_weights(t, step)
+    return w_fa * fa + w_da * da + w_fb * fb + w_db * db
+
+
 def tabulated_bracket(grid: Array, values: Array, targets: Array) -> tuple[Array, Array]:
     """Bracket targets between consecutive nodes of an increasing table.
 

@@ -65,7 +65,7 @@ import numpy as np
 from jax.scipy.special import dawsn, gammainc, gammaln
 
 from .._types import Array, ArrayLike
-from ..sampling import solve_increasing
+from ..sampling import hermite_cell, hermite_weights, solve_increasing
 
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(4)
 
@@ -334,7 +334,7 @@ def sample_speed_fraction(
     x = W / W_step
     i = jnp.clip(jnp.floor(jax.lax.stop_gradient(x)), 0, num_W - 2).astype(jnp.int32)
     a = x - i
-    hermite = ((1 + 2 * a) * (1 - a) ** 2, a * (1 - a) ** 2 * W_step, a**2 * (3 - 2 * a), a**2 * (a - 1) * W_step)
+    hermite = hermite_weights(a, W_step)
     # The four tables side by side, so each lookup is one gather (and its
     # transpose one scatter): separate lookups of each table at each corner made
     # this sampler most of a King builder's compile time.
@@ -383,13 +383,7 @@ def sample_speed_fraction(
     Sa, Sb = patch(block, 0, 2), patch(block, 1, 2)
 
     def cdf(q):
-        tt = (q - qa) / h
-        return (
-            (1 + 2 * tt) * (1 - tt) ** 2 * Ca
-            + tt * (1 - tt) ** 2 * h * Sa
-            + tt**2 * (3 - 2 * tt) * Cb
-            + tt**2 * (tt - 1) * h * Sb
-        )
+        return hermite_cell((q - qa) / h, h, Ca, Cb, Sa, Sb)
 
     # Rolled, as the bisection: less compile, a few ms per 1e6 stars.
     return solve_increasing(cdf, u, qa, qb, num_steps=num_steps, F_lo=Ca, F_hi=Cb, unroll=False)

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array
+from ..sampling import hermite_cell
 
 SERIES_SWITCH = 1e-2  # |pL| below: 7-term series, truncation error < 3e-19 relative
 
@@ -26,10 +27,4 @@ def hermite(values: Array, slopes: Array, first: float, step: float, x: Array) -
     """Cubic Hermite interpolant of a uniform table at x (clamped to the table)."""
     z = jnp.clip((x - first) / step, 0.0, values.shape[0] - 1.0)
     k = jnp.clip(jnp.floor(jax.lax.stop_gradient(z)), 0, values.shape[0] - 2).astype(jnp.int32)
-    a = z - k
-    return (
-        (1 + 2 * a) * (1 - a) ** 2 * values[k]
-        + a * (1 - a) ** 2 * step * slopes[k]
-        + a**2 * (3 - 2 * a) * values[k + 1]
-        + a**2 * (a - 1) * step * slopes[k + 1]
-    )
+    return hermite_cell(z - k, step, values[k], values[k + 1], slopes[k], slopes[k + 1])

@@ -96,7 +96,7 @@ from ..kinematics.king_df import (
     static_or_array,
     static_scalar,
 )
-from ..sampling import safe_divide, solve_increasing
+from ..sampling import hermite_cell, safe_divide, solve_increasing
 from ..validation import check_range, check_static_int, check_static_range, error_if
 from .ode import integrate_on_grid
 
@@ -328,11 +328,7 @@ def cubic_hermite(x: Array, xa: Array, xb: Array, fa: Array, fb: Array, da: Arra
     ok = h > 0
     h_safe = jnp.where(ok, h, 1.0)
     t = jnp.where(ok, (x - xa) / h_safe, 1.0)
-    h00 = (1 + 2 * t) * (1 - t) ** 2
-    h10 = t * (1 - t) ** 2
-    h01 = t**2 * (3 - 2 * t)
-    h11 = t**2 * (t - 1)
-    return h00 * fa + h10 * h * da + h01 * fb + h11 * h * db
+    return hermite_cell(t, h, fa, fb, da, db)
 
 
 def _truncated_nodes(p: KingProfile) -> tuple[Array, Array, Array, Array, Array]:
