@@ -415,7 +415,10 @@ def king_radius_of_potential(profile: KingProfile, W: ArrayLike, *, num_steps: i
     def minus_W(x):
         return -cubic_hermite(x, r_lo, r_hi, w_lo, w_hi, d_lo, d_hi)
 
-    return solve_increasing(minus_W, target, r_lo, r_hi, num_steps=num_steps, F_lo=-w_lo, F_hi=-w_hi)
+    # Rolled: unrolled, XLA fused each Newton step with every step before it
+    # (the chain is elementwise), about a quarter of an anisotropic LIMEPY
+    # build's program; the callers invert a table's rows, not every star.
+    return solve_increasing(minus_W, target, r_lo, r_hi, num_steps=num_steps, F_lo=-w_lo, F_hi=-w_hi, unroll=False)
 
 
 # -- multi-mass models -----------------------------------------------------------
@@ -652,8 +655,17 @@ def multimass_sample_radii(
     ra, rb = r[k - 1], r[k]
     ma, mb = mass_j[component, k - 1], mass_j[component, k]
     da, db = dmass_j[component, k - 1], dmass_j[component, k]
+    # Rolled, as in `king_sample_radii`: unrolled, XLA fused each step with
+    # the steps before it into ever longer kernels.
     radius = solve_increasing(
-        lambda x: cubic_hermite(x, ra, rb, ma, mb, da, db), target, ra, rb, num_steps=num_steps, F_lo=ma, F_hi=mb
+        lambda x: cubic_hermite(x, ra, rb, ma, mb, da, db),
+        target,
+        ra,
+        rb,
+        num_steps=num_steps,
+        F_lo=ma,
+        F_hi=mb,
+        unroll=False,
     )
     W_at = cubic_hermite(radius, ra, rb, W[k - 1], W[k], dW[k - 1], dW[k])
     return radius, jnp.maximum(W_at, 0.0)
