@@ -80,9 +80,9 @@ def solve_increasing(
       series' Horner scan): each unrolled copy of it is compiled again; and
       when F is more than a few operations (a cubic Hermite cell, a
       smoothstep integral): XLA may then fuse each step with the steps before
-      it and recompute them, in code and in run time (the gravoturbulent
-      placement ran 3.3x slower unrolled at 1e6 stars). Check the run time
-      both ways: Plummer's 3-step speed solve is 10% faster unrolled.
+      it and recompute them, in code and in run time (a 1e6-particle gas
+      cloud took 3.3x as long with its placement's solve unrolled). Check the
+      run time both ways: Plummer's 3-step speed solve is 10% faster unrolled.
 
     **Returns:** $x$ with the implicit-function gradient described in the module.
     """
@@ -149,7 +149,7 @@ def _implicit_root_jvp(F_closed, primals, tangents):
 
 def hermite_weights(t: Array, step: Array | float) -> tuple[Array, Array, Array, Array]:
     r"""The cubic Hermite basis at fraction `t` in [0, 1] of a cell of width
-    `step`: the weights of $f_a$, $f'_a$, $f_b$, $f'_b$,
+    `step` ($h$): the weights of $f_a$, $f'_a$, $f_b$, $f'_b$,
 
     $$(1 + 2t)(1 - t)^2,\quad t(1 - t)^2\,h,\quad t^2(3 - 2t),\quad t^2(t - 1)\,h.$$
 
@@ -351,9 +351,9 @@ def _scaled_uniform(unit: Array, lo: float, hi: float) -> Array:
 def isotropic_directions(key: Array, n: int, dtype=None) -> Array:
     r"""n unit vectors uniform on the sphere: $\cos\theta \sim U(-1,1)$, $\phi \sim U(0,2\pi)$."""
     dtype = dtype or jnp.result_type(float)
-    # The two uniforms of the key's two halves in one draw (one counter hash in
-    # the program, where two made every builder's program longer), scaled as
-    # `jax.random.uniform(k, shape, dtype, lo, hi)` scales: the same bits.
+    # The two uniforms (one per key split from `key`) in one draw: one counter
+    # hash in the program, where two made every builder's program longer.
+    # Scaled as `jax.random.uniform(k, shape, dtype, lo, hi)` scales: the same bits.
     unit = jax.vmap(lambda k: jax.random.uniform(k, (n,), dtype))(jax.random.split(key))
     cos_t = _scaled_uniform(unit[0], -1.0, 1.0)
     phi = _scaled_uniform(unit[1], 0.0, 2.0 * jnp.pi)

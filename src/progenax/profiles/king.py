@@ -416,7 +416,7 @@ def king_radius_of_potential(profile: KingProfile, W: ArrayLike, *, num_steps: i
         return -cubic_hermite(x, r_lo, r_hi, w_lo, w_hi, d_lo, d_hi)
 
     # Rolled: unrolled, XLA fused each Newton step with every step before it
-    # (the chain is elementwise), about a quarter of an anisotropic LIMEPY
+    # (the chain is elementwise), about a third of an anisotropic LIMEPY
     # build's program; the callers invert a table's rows, not every star.
     return solve_increasing(minus_W, target, r_lo, r_hi, num_steps=num_steps, F_lo=-w_lo, F_hi=-w_hi, unroll=False)
 
