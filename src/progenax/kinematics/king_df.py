@@ -121,12 +121,12 @@ def _closed_form_lower_gamma(a: np.ndarray, x: Array) -> Array:
     differentiating the series would double the gradient's program).
     """
     orders = a
-    a = np.broadcast_to(a, np.broadcast_shapes(a.shape, x.shape))
+    a = np.broadcast_to(orders, np.broadcast_shapes(orders.shape, x.shape))
     log_gamma_a = np.vectorize(math.lgamma)(a)  # NumPy: the rule closes over no tracer
 
     @jax.custom_jvp
     def P(x):
-        return _closed_form_value(a, x, orders)
+        return _closed_form_value(orders, x)
 
     @P.defjvp
     def _(primals, tangents):
@@ -137,9 +137,9 @@ def _closed_form_lower_gamma(a: np.ndarray, x: Array) -> Array:
     return P(jnp.broadcast_to(x, a.shape))
 
 
-def _closed_form_value(a: np.ndarray, x: Array, orders: np.ndarray) -> Array:
-    """The value of `_closed_form_lower_gamma` (a and x of the same shape;
-    `orders`: a before it was broadcast)."""
+def _closed_form_value(orders: np.ndarray, x: Array) -> Array:
+    """The value of `_closed_form_lower_gamma` (`orders` broadcastable to x's shape)."""
+    a = np.broadcast_to(orders, x.shape)
     dtype = x.dtype
     x_c = jnp.asarray(np.maximum(2.0, a), dtype)
     below = x < x_c

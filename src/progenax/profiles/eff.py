@@ -146,21 +146,23 @@ def _core_coefficients(b: Array) -> Array:
     $\partial_b A_j = A_j \sum_{i<j} 1/(b + 3/2 + i)$: autodiff of the
     running product differentiates an associative scan, about a tenth of an
     EFF builder's gradient program."""
-    bj = b[..., None]
     j = jnp.arange(_N_TERMS - 1, dtype=b.dtype)
-    ratios = (bj + 1.5 + j) / (2.5 + j)
-    return jnp.cumprod(jnp.concatenate([jnp.ones_like(bj), ratios], axis=-1), axis=-1)
+    ratios = _core_factors(b) / (2.5 + j)
+    return jnp.cumprod(jnp.concatenate([jnp.ones_like(b[..., None]), ratios], axis=-1), axis=-1)
 
 
 @_core_coefficients.defjvp
 def _core_coefficients_jvp(primals, tangents):
     (b,), (db,) = primals, tangents
     core = _core_coefficients(b)
-    bj = b[..., None]
-    j = jnp.arange(_N_TERMS - 1, dtype=b.dtype)
-    log_slope = jnp.cumsum(1.0 / (bj + 1.5 + j), axis=-1)
-    log_slope = jnp.concatenate([jnp.zeros_like(bj), log_slope], axis=-1)
+    log_slope = jnp.cumsum(1.0 / _core_factors(b), axis=-1)
+    log_slope = jnp.concatenate([jnp.zeros_like(b[..., None]), log_slope], axis=-1)
     return core, core * log_slope * db[..., None]
+
+
+def _core_factors(b: Array) -> Array:
+    """b + 3/2 + i, i < N - 1: the numerators of `_core_coefficients`' ratios."""
+    return b[..., None] + 1.5 + jnp.arange(_N_TERMS - 1, dtype=b.dtype)
 
 
 def _power_sum(coef: Array, z: Array) -> Array:
