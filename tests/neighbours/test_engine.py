@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from progenax._sort import small_key_order
 from progenax.neighbours import (
     BAND_GROUPS,
     BAND_LAYOUTS,
@@ -24,6 +25,7 @@ from progenax.neighbours import (
     separation,
     slots_per_particle,
 )
+from progenax.neighbours import cells as cells_module
 
 N, DIM, L = 240, 3, 3.0
 REACH = 0.8
@@ -279,3 +281,31 @@ def test_gathered_components_share_loops_in_pairs():
     assert _passes([wide, wide], [jnp.zeros(4), jnp.zeros(4, jnp.float32)]) == [(0,), (1,)]
     assert _passes([wide, jax.ShapeDtypeStruct((4, 16), jnp.float32)], acc) == [(0,), (1,)]
     assert _passes([], []) == [()]
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_small_key_order_is_a_stable_argsort(x64):
+    # The counting order against NumPy's stable sort: packed words of 8 fields
+    # (uint64) or 4 (uint32, x64 off), so 16 keys take 2 or 4 words; sizes
+    # around the 255-element blocks, and keys with no element.
+    rng = np.random.default_rng(3)
+    with jax.enable_x64(x64):
+        for n_keys in (1, 5, 16):
+            for n in (1, 254, 255, 256, 5000):
+                keys = rng.integers(0, n_keys, n)
+                keys[keys == n_keys // 2] = 0
+                got = jax.jit(small_key_order, static_argnums=1)(jnp.asarray(keys, jnp.int32), n_keys)
+                np.testing.assert_array_equal(got, np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("span", [4, 15, 16, 40])
+def test_workload_order_counts_or_sorts_to_the_same_order(span, monkeypatch):
+    # Counted when the positive steps span at most 15 values, sorted when
+    # more: the same stable order by steps either way, with a band's
+    # particles of no candidate (steps 0) first.
+    monkeypatch.setattr(cells_module, "_COUNTING_MIN_SIZE", 1)
+    rng = np.random.default_rng(span)
+    steps = rng.integers(3, 3 + span, 3000)
+    steps[rng.random(steps.size) < 0.2] = 0
+    got = jax.jit(cells_module._workload_order, static_argnums=1)(jnp.asarray(steps, jnp.int32), 3 + span)
+    np.testing.assert_array_equal(got, np.argsort(steps, kind="stable"))

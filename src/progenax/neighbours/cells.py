@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._mesh import vary_like
+from .._sort import small_key_order
 from .._types import Array
 from .layout import group_count
 
@@ -63,6 +64,11 @@ from .layout import group_count
 _CELL_SAFETY = 1.0 + 1e-9
 # Queries per block when only some particles are queries (`_query_runs`).
 _QUERY_BLOCK = 4096
+# Classes of loop steps the workload order can count (`_workload_order`), and
+# the particles from which it does rather than sorting: below, the sort is
+# cheaper than the count's longer compile (0.2-0.4 s).
+_WORKLOAD_CLASSES = 16
+_COUNTING_MIN_SIZE = 65_536
 
 
 class CellList(eqx.Module):
@@ -79,8 +85,8 @@ class CellList(eqx.Module):
       starts and the jump $\Delta_r$ in candidate index there (an unused run
       is empty: it starts where the next one does).
     - `total`: each particle's number of candidates, (N,).
-    - `by_workload`: sorted indices ordered by candidate count (ties in sorted
-      order), so that particles with similar work share a loop.
+    - `by_workload`: sorted indices ordered by loop steps (`_workload_order`;
+      ties in sorted order), so that particles with similar work share a loop.
     - `box`: periodic box lengths (d,), or None for open boundaries.
     """
 
@@ -273,12 +279,33 @@ def build_cell_list(
         second = self_index + rows.length(own_row)
         source = jnp.zeros(2 * n, jnp.int32).at[self_index].set(sorted_index, unique_indices=True)
         source = source.at[second].set(sorted_index, unique_indices=True)
-    # Group by loop steps needed (at most 2N / chunk + 1: the doubled periodic
-    # layout); within a group the cell order, and so memory locality, is kept.
     run_start, run_jump, total = _virtual_list(begin, length)
-    steps = -(-total // chunk)
-    _, by_workload = _sort_by_cell(steps, 2 * n // chunk + 2)
+    # At most 2N / chunk + 1 steps: the doubled periodic layout.
+    by_workload = _workload_order(-(-total // chunk), 2 * n // chunk + 2)
     return CellList(order, sorted_positions, source, self_index, run_start, run_jump, total, by_workload, box)
+
+
+def _workload_order(steps: Array, max_steps: int) -> Array:
+    """Sorted indices ordered by loop steps (each in [0, `max_steps`)), ties in
+    sorted order, so memory locality is kept within a workload group.
+
+    XLA's sort is single-threaded (58 ms at N = 1e6). When the positive steps
+    span at most `_WORKLOAD_CLASSES - 1` values, as they do for uniform or
+    adaptive smoothing lengths, they are counted instead (`small_key_order`,
+    9.5 ms), with the particles of no candidate (steps 0: a band's non-queries)
+    in a class of their own: the same order. Otherwise, and below
+    `_COUNTING_MIN_SIZE` particles, it is the sort.
+    """
+    if steps.shape[0] < _COUNTING_MIN_SIZE:
+        return _sort_by_cell(steps, max_steps)[1]
+    top = jnp.max(steps)
+    low = jnp.min(jnp.where(steps > 0, steps, top))
+    classes = jnp.where(steps > 0, steps - low + 1, 0)
+    return jax.lax.cond(
+        top - low < _WORKLOAD_CLASSES - 1,
+        lambda: small_key_order(classes, _WORKLOAD_CLASSES),
+        lambda: _sort_by_cell(steps, max_steps)[1],
+    )
 
 
 def _virtual_list(begin: Array, length: Array) -> tuple[Array, Array, Array]:
@@ -427,5 +454,7 @@ def slots_per_particle(cells: CellList, chunk: int, groups: int = 8) -> Array:
     bounds = [min(g * size, n) for g in range(groups + 1)]
     # The last groups are empty when `groups` does not divide n (as in `engine.fold`).
     pairs = [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
-    slots = [(hi - lo) * (-(-jnp.max(counts[lo:hi]) // chunk) * chunk) for lo, hi in pairs]
+    # In floats: a clustered set's slots overflow int32 (2e5 stars of a Plummer core).
+    steps = [(-(-jnp.max(counts[lo:hi]) // chunk)).astype(jnp.result_type(float)) for lo, hi in pairs]
+    slots = [(hi - lo) * chunk * s for (lo, hi), s in zip(pairs, steps)]
     return sum(slots) / n
