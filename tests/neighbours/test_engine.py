@@ -5,6 +5,7 @@ pair terms in a different order, so they agree to a few ulps times the number
 of terms (N = 240 here).
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -309,3 +310,13 @@ def test_workload_order_counts_or_sorts_to_the_same_order(span, monkeypatch):
     steps[rng.random(steps.size) < 0.2] = 0
     got = jax.jit(cells_module._workload_order, static_argnums=1)(jnp.asarray(steps, jnp.int32), 3 + span)
     np.testing.assert_array_equal(got, np.argsort(steps, kind="stable"))
+
+
+def test_slots_per_particle_does_not_overflow_on_crowded_lists(data):
+    # 2^28 candidates each (a dense core at a fixed reach): a group of 30
+    # pays 30 * 2^28 slots, past int32; the mean is still 2^28 (a multiple
+    # of the chunk: no padding).
+    x = data[0]
+    cells = build_cell_list(x, REACH, cells_per_reach=1, x_cells_per_reach=4, chunk=16)
+    crowded = eqx.tree_at(lambda c: c.total, cells, jnp.full_like(cells.total, 2**28))
+    assert float(slots_per_particle(crowded, 16, 8)) == 2.0**28
