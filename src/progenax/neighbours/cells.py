@@ -299,16 +299,16 @@ def _workload_order(steps: Array, max_steps: int) -> Array:
     a band's non-queries) in a class of their own: the same order.
     Otherwise, and below `_COUNTING_MIN_SIZE` particles, it is the sort.
     """
-    if steps.shape[0] < _COUNTING_MIN_SIZE:
+
+    def by_sort():
         return _sort_by_cell(steps, max_steps)[1]
+
+    if steps.shape[0] < _COUNTING_MIN_SIZE:
+        return by_sort()
     top = jnp.max(steps)
     low = jnp.min(jnp.where(steps > 0, steps, top))
     classes = jnp.where(steps > 0, steps - low + 1, 0)
-    return jax.lax.cond(
-        top - low < _WORKLOAD_CLASSES - 1,
-        lambda: small_key_order(classes, _WORKLOAD_CLASSES),
-        lambda: _sort_by_cell(steps, max_steps)[1],
-    )
+    return jax.lax.cond(top - low < _WORKLOAD_CLASSES - 1, lambda: small_key_order(classes, _WORKLOAD_CLASSES), by_sort)
 
 
 def _virtual_list(begin: Array, length: Array) -> tuple[Array, Array, Array]:
