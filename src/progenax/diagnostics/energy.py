@@ -15,7 +15,12 @@ It costs O(n^2): 0.09 s at n = 10,000 and 0.37 s at 20,000 in float64 on one
 CPU core (0.46 s and 1.9 s with the (b, n, 3) differences of earlier versions;
 the sum itself is added in the same order, so W is bit-identical), the gradient
 0.39 s and 1.65 s (autodiff through the blocks took 4.2 s and 16 s), so
-`method="auto"` uses it up to `EXACT_MAX_N` stars.
+`method="auto"` uses it up to `EXACT_MAX_N` stars. The gradient's pass reads
+rows in blocks of at most `GRADIENT_BLOCK_SIZE` (each row is one whole dot
+product, so its bits do not depend on the block): it keeps four (b, n)
+arrays per block, which at b = 512 spill out of the cache; with 128 rows it
+ran 1.35x faster at n = 10,000 and 1.6x at 20,000 (0.265 -> 0.198 s,
+1.19 -> 0.75 s, 2 cores).
 
 `method="spherical"` is the shell-theorem estimate after sorting by radius about a
 centre (the coordinate-wise median of the positions unless one is given, which
@@ -73,6 +78,9 @@ from .ring import ring_mass_inside
 EXACT_MAX_N = 20_000
 """Largest n for which `method="auto"` uses the exact pairwise sum."""
 
+GRADIENT_BLOCK_SIZE = 128
+"""Most rows per block of the exact sum's gradient pass (module notes)."""
+
 METHODS = ("auto", "exact", "spherical", "mesh")
 
 
@@ -126,8 +134,10 @@ def _pair_energy(positions: Array, masses: Array, block_size: int) -> Array:
 def _pair_energy_gradient(positions: Array, masses: Array, block_size: int) -> tuple[Array, Array]:
     r"""$\partial U/\partial x_i = -m_i \sum_{j \ne i} m_j (x_i - x_j)/r_{ij}^3$ and
     $\partial U/\partial m_i = \sum_{j \ne i} m_j / r_{ij}$, by row blocks (the
-    differences as they are: no cancellation for a cluster far from the origin)."""
+    differences as they are: no cancellation for a cluster far from the origin),
+    at most `GRADIENT_BLOCK_SIZE` rows a block."""
     n = masses.shape[0]
+    block_size = min(block_size, GRADIENT_BLOCK_SIZE)
     positions_t = positions.T
 
     def row_block(rows):
