@@ -13,9 +13,9 @@ Why not `diffrax.diffeqsolve`: with `StepTo` it gives the same steps, but its
 general loop (step-size control, event and error handling, checkpointed
 adjoint) made the profile solve the largest part of a King builder's compile:
 3.8 s of CPU time to compile the forward solve alone on the reference machine,
-against 0.4 s for this scan (`benchmarks/builders.py` compile rows). Reverse
-mode differentiates the scan directly, storing each step's stages
-($6 \times$ the state per node: a few hundred kB at 1024 nodes).
+against 0.4 s for this scan (`benchmarks/builders.py` compile rows). Its
+derivative is taken in forward mode in the few scalars it depends on
+(`integrate_on_grid`), so reverse mode never runs the scan backwards.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._forward_mode import forward_mode
 from .._types import Array
 
 # Tsitouras (2011), Comput. Math. Appl. 62, 770, Table 1: the 5th-order pair's
@@ -65,21 +66,35 @@ def _tsit5_coefficients() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return matrix, np.array((0.0, *_TSIT5_C)), np.array(_TSIT5_B)
 
 
-def integrate_on_grid(rhs: Callable[[Array, Any], Any], y0: Any, ts: Array) -> Any:
-    r"""The solution of $dy/dt = \mathrm{rhs}(t, y)$ at the nodes `ts`, from $y(t_0) = y_0$.
+def integrate_on_grid(rhs: Callable[[Array, Any, Any], Any], y0: Any, ts: Array, args: Any = ()) -> Any:
+    r"""The solution of $dy/dt = \mathrm{rhs}(t, y, \mathrm{args})$ at the nodes `ts`, from $y(t_0) = y_0$.
 
-    **Arguments:** `rhs(t, y)` returns a pytree shaped like `y`; `y0` a pytree of
-    arrays; `ts` the increasing nodes (1-D), one Tsit5 step per interval.
+    **Arguments:** `rhs(t, y, args)` returns a pytree shaped like `y`; `y0` a
+    pytree of arrays; `ts` the increasing nodes (1-D), one Tsit5 step per
+    interval; `args` a pytree of the parameters `rhs` depends on (pass them
+    here, not by closure: see the derivative below).
 
     **Returns:** the pytree of `y0` with a leading axis of `len(ts)`, `y0` first
     (as `diffrax.SaveAt(ts=ts)` returns it). Differentiable in `y0`, `ts` and
-    whatever `rhs` closes over.
+    `args`.
 
     The six stages of a step are themselves a (rolled) loop, so `rhs` appears
     once in the compiled program: a right-hand side with special functions
     (the incomplete gamma function of the King density) compiles once, not six
     times.
+
+    **Derivative.** A profile solve depends on a few scalars (W0, g, ra, the
+    mass fractions), so its derivative is taken in forward mode, one tangent
+    per scalar that carries one (`progenax._forward_mode`): the scan runs once
+    with the tangents beside the state, and reverse mode transposes only a
+    weighted sum of those columns instead of running the scan backwards with
+    every stage stored.
     """
+    return _integrate(rhs, y0, ts, args)
+
+
+def _solve(rhs, y0, ts, args):
+    """`integrate_on_grid` itself (its derivative aside)."""
     leaves0, treedef = jax.tree.flatten(y0)
     dtype = jnp.result_type(*leaves0)
     matrix, nodes, weights = (jnp.asarray(c, dtype) for c in _tsit5_coefficients())
@@ -92,7 +107,7 @@ def integrate_on_grid(rhs: Callable[[Array, Any], Any], y0: Any, ts: Array) -> A
 
         def stage(stages, i):
             y_i = combine(y, h, matrix[i], stages)
-            k_i = jax.tree.leaves(rhs(t + nodes[i] * h, jax.tree.unflatten(treedef, y_i)))
+            k_i = jax.tree.leaves(rhs(t + nodes[i] * h, jax.tree.unflatten(treedef, y_i), args))
             return [k.at[i].set(ki) for k, ki in zip(stages, k_i)], None
 
         empty = [jnp.zeros((6,) + jnp.shape(leaf), jnp.result_type(leaf)) for leaf in y]
@@ -104,5 +119,7 @@ def integrate_on_grid(rhs: Callable[[Array, Any], Any], y0: Any, ts: Array) -> A
     out = [jnp.concatenate([first[None], rest]) for first, rest in zip(leaves0, ys)]
     return jax.tree.unflatten(treedef, out)
 
+
+_integrate = forward_mode(_solve, nondiff_argnums=(0,))
 
 __all__ = ["integrate_on_grid"]
