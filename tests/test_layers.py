@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "_sort",
             "_mesh",
             "_compile",
+            "_forward_mode",
         ),
     ),
     ("models, imf", ("models", "profiles", "kinematics", "imf")),
