@@ -101,3 +101,16 @@ def test_integrate_on_grid_gradient_is_the_scan_gradient():
     want = jax.grad(loss(_solve), argnums=(0, 1))(args, y0)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(g, w, rtol=1e-13)
+
+
+def test_integrate_on_grid_without_args_differentiates_its_closure():
+    """`rhs(t, y)` without `args` may close over a differentiated value (reverse
+    mode through the scan, as before `args`): d/dk of y(3) for y' = -k y is
+    -3 y0 e^{-3k}, to the integrator's accuracy (60 steps, 5th order: 1e-9)."""
+    ts = jnp.linspace(0.0, 3.0, 61)
+
+    def end(k):
+        return integrate_on_grid(lambda t, y: -k * y, jnp.asarray(2.0), ts)[-1]
+
+    k = 0.7
+    np.testing.assert_allclose(jax.grad(end)(k), -3.0 * 2.0 * np.exp(-3.0 * k), rtol=1e-9)

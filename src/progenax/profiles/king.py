@@ -233,17 +233,17 @@ def solve_king_profile(
     four_pi = 4.0 * np.pi
 
     # Every traced value the right-hand side reads goes in `args`, so that the
-    # solve's forward-mode derivative sees it (a static g stays a Python float).
-    args = {"rho0": rho0, "inv_ra2": inv_ra2, "g": None if isinstance(g, float) else g}
+    # solve's forward-mode derivative sees it (`_traced_order`).
+    args = {"rho0": rho0, "inv_ra2": inv_ra2, "g": _traced_order(g)}
 
     def rhs(s, y, args):
         W, z, q = y
         r = jnp.exp(s)
-        g_, inv_ra2_ = (g if args["g"] is None else args["g"]), args["inv_ra2"]
-        if inv_ra2_ is None:
+        g_ = _order(g, args["g"])
+        if args["inv_ra2"] is None:
             rho = king_density_of_W(W, g_) / args["rho0"]
         else:
-            rho = anisotropic_density(W, g_, r * r * inv_ra2_) / args["rho0"]
+            rho = anisotropic_density(W, g_, r * r * args["inv_ra2"]) / args["rho0"]
         mass = -four_pi / 9.0 * z
         return (z / r, -9.0 * rho * r**3, mass * four_pi * rho * r**2)
 
@@ -493,13 +493,12 @@ def _solve_multimass_ode(W0, g, kappa, b, s_grid, num_points):
     four_pi = 4.0 * np.pi
     dtype = s_grid.dtype
 
-    args = {"W0": W0, "kappa": kappa, "b": b, "g": None if isinstance(g, float) else g}  # see solve_king_profile
+    args = {"W0": W0, "kappa": kappa, "b": b, "g": _traced_order(g)}  # as in solve_king_profile
 
     def rhs(s, y, args):
         W, z, q, m = y
         r = jnp.exp(s)
-        g_ = g if args["g"] is None else args["g"]
-        rho_j = _component_density(W, args["W0"], g_, args["kappa"], args["b"])
+        rho_j = _component_density(W, args["W0"], _order(g, args["g"]), args["kappa"], args["b"])
         rho = jnp.sum(rho_j)
         mass = -four_pi / 9.0 * z
         return (z / r, -9.0 * rho * r**3, mass * four_pi * rho * r**2, four_pi * rho_j * r**3)
@@ -516,12 +515,24 @@ def _solve_multimass_ode(W0, g, kappa, b, s_grid, num_points):
     return integrate_on_grid(rhs, y0, s_grid, args)
 
 
+def _traced_order(g: Array | float) -> Array | None:
+    """The order g among a forward-mode solve's traced inputs: None when it is
+    static (a Python float, which stays in the closure and keeps its special
+    cases; `kinematics.king_df.static_or_array`)."""
+    return None if isinstance(g, float) else g
+
+
+def _order(g: Array | float, traced: Array | None) -> Array | float:
+    """g inside such a solve: the traced input if there is one, else the static g."""
+    return g if traced is None else traced
+
+
 def _iterate_central_fractions(static: tuple, traced: dict) -> Array:
     """kappa after `num_iterations` updates of `solve_multimass_king_profile` from
-    kappa = target: static = (num_iterations, num_points, g if static else None),
-    traced = W0, b, target, s_grid and g if traced."""
+    kappa = target: static = (num_iterations, num_points, g), traced = W0, b,
+    target, s_grid and g (`_traced_order`)."""
     num_iterations, num_points, static_g = static
-    g = static_g if traced["g"] is None else traced["g"]
+    g = _order(static_g, traced["g"])
     target = traced["target"]
 
     def iterate(kappa, _):
@@ -593,7 +604,7 @@ def solve_multimass_king_profile(
     s_grid = jnp.linspace(np.log(_R_MIN), np.log(r_max), num_points - 1, dtype=dtype)
 
     static = (num_iterations, num_points, g if isinstance(g, float) else None)
-    traced = {"W0": W0, "b": b, "target": target, "s_grid": s_grid, "g": None if isinstance(g, float) else g}
+    traced = {"W0": W0, "b": b, "target": target, "s_grid": s_grid, "g": _traced_order(g)}
     kappa = _central_fractions(static, traced)
     W_nodes, z_nodes, q_nodes, m_nodes = _solve_multimass_ode(W0, g, kappa, b, s_grid, num_points)
 

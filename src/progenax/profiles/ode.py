@@ -15,7 +15,8 @@ adjoint) made the profile solve the largest part of a King builder's compile:
 3.8 s of CPU time to compile the forward solve alone on the reference machine,
 against 0.4 s for this scan (`benchmarks/builders.py` compile rows). Its
 derivative is taken in forward mode in the few scalars it depends on
-(`integrate_on_grid`), so reverse mode never runs the scan backwards.
+(`integrate_on_grid` with `args`, as the profile solves call it), so reverse
+mode does not run the scan backwards.
 """
 
 from __future__ import annotations
@@ -66,17 +67,19 @@ def _tsit5_coefficients() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return matrix, np.array((0.0, *_TSIT5_C)), np.array(_TSIT5_B)
 
 
-def integrate_on_grid(rhs: Callable[[Array, Any, Any], Any], y0: Any, ts: Array, args: Any = ()) -> Any:
-    r"""The solution of $dy/dt = \mathrm{rhs}(t, y, \mathrm{args})$ at the nodes `ts`, from $y(t_0) = y_0$.
+def integrate_on_grid(rhs: Callable[..., Any], y0: Any, ts: Array, args: Any = None) -> Any:
+    r"""The solution of $dy/dt = \mathrm{rhs}(t, y[, \mathrm{args}])$ at the nodes `ts`, from $y(t_0) = y_0$.
 
-    **Arguments:** `rhs(t, y, args)` returns a pytree shaped like `y`; `y0` a
-    pytree of arrays; `ts` the increasing nodes (1-D), one Tsit5 step per
-    interval; `args` a pytree of the parameters `rhs` depends on (pass them
-    here, not by closure: see the derivative below).
+    **Arguments:** `rhs` returns a pytree shaped like `y`; `y0` a pytree of
+    arrays; `ts` the increasing nodes (1-D), one Tsit5 step per interval;
+    `args` None, with `rhs(t, y)` (which may close over anything), or a
+    pytree of every traced value the right-hand side reads, with
+    `rhs(t, y, args)` (then its derivative is the forward-mode one below;
+    a traced value it closes over instead would lose its derivative).
 
     **Returns:** the pytree of `y0` with a leading axis of `len(ts)`, `y0` first
     (as `diffrax.SaveAt(ts=ts)` returns it). Differentiable in `y0`, `ts` and
-    `args`.
+    `args` (or whatever `rhs` closes over without `args`).
 
     The six stages of a step are themselves a (rolled) loop, so `rhs` appears
     once in the compiled program: a right-hand side with special functions
@@ -84,12 +87,15 @@ def integrate_on_grid(rhs: Callable[[Array, Any, Any], Any], y0: Any, ts: Array,
     times.
 
     **Derivative.** A profile solve depends on a few scalars (W0, g, ra, the
-    mass fractions), so its derivative is taken in forward mode, one tangent
-    per scalar that carries one (`progenax._forward_mode`): the scan runs once
-    with the tangents beside the state, and reverse mode transposes only a
-    weighted sum of those columns instead of running the scan backwards with
-    every stage stored.
+    mass fractions), so with `args` its derivative is taken in forward mode,
+    one tangent per scalar that carries one (`progenax._forward_mode`): the
+    scan runs once with the tangents beside the state, and reverse mode
+    transposes only a weighted sum of those columns instead of running the
+    scan backwards with every stage stored. Without `args`, reverse mode runs
+    the scan backwards.
     """
+    if args is None:
+        return _solve(lambda t, y, _: rhs(t, y), y0, ts, ())
     return _integrate(rhs, y0, ts, args)
 
 
