@@ -603,8 +603,8 @@ def solve_multimass_king_profile(
     b = (m_j / m_mean) ** (2.0 * delta)
     s_grid = jnp.linspace(np.log(_R_MIN), np.log(r_max), num_points - 1, dtype=dtype)
 
-    static = (num_iterations, num_points, g if isinstance(g, float) else None)
     traced = {"W0": W0, "b": b, "target": target, "s_grid": s_grid, "g": _traced_order(g)}
+    static = (num_iterations, num_points, g if traced["g"] is None else None)
     kappa = _central_fractions(static, traced)
     W_nodes, z_nodes, q_nodes, m_nodes = _solve_multimass_ode(W0, g, kappa, b, s_grid, num_points)
 
