@@ -326,3 +326,48 @@ def test_deeper_meshes_need_little_padding(small_fractal):
         for cells in (M.padded_cells(n_grid, 1.0, True), 2 * n_grid)
     ]
     assert abs(float(energies[0]) - float(energies[1])) < 1e-9 * abs(float(energies[1]))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("n", [1, 2, 1001, 4000])
+def test_mesh_order_statistics_are_jnp_median_and_quantile(dtype, n):
+    # The cubes' centre and outer half-side come from the one-device order
+    # statistics (integer-key sorts): the same bits as jnp.median and
+    # jnp.quantile in the same jitted arithmetic, and the same gradient (no
+    # ties in these draws). A tie shares the gradient equally (checked below).
+    from progenax.diagnostics import mesh as M
+
+    one = M._ONE_DEVICE
+    # Every value distinct and positive (column c holds c + 3k, shuffled), so no median or
+    # row maximum is tied, in float32 too.
+    keys = jax.random.split(jax.random.PRNGKey(n), 3)
+    columns = [c + 3.0 * jax.random.permutation(k, n) for c, k in enumerate(keys)]
+    x = (jnp.stack(columns, axis=1) * 1e-3 + 0.5).astype(dtype)
+
+    def reference(x):
+        dist = jnp.max(jnp.abs(x), axis=1)
+        return jnp.median(x, axis=0), jnp.quantile(dist, 1.0 - 1e-3), jnp.quantile(dist, 0.37)
+
+    def ours(x):
+        dist = jnp.max(jnp.abs(x), axis=1)
+        return one.median(x), one.quantile(dist, 1.0 - 1e-3), one.quantile(dist, 0.37)
+
+    for a, b in zip(jax.jit(reference)(x), jax.jit(ours)(x), strict=True):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    weights = jnp.arange(1.0, 4.0, dtype=dtype)
+
+    def scalar(f):
+        return lambda x: jnp.sum(f(x)[0] * weights) + f(x)[1] - f(x)[2]
+
+    np.testing.assert_array_equal(np.asarray(jax.grad(scalar(reference))(x)), np.asarray(jax.grad(scalar(ours))(x)))
+
+
+def test_mesh_order_statistics_share_a_tie():
+    from progenax.diagnostics import mesh as M
+
+    x = jnp.asarray([[0.0], [2.0], [2.0], [5.0]])
+    ranks = jnp.asarray([1, 2])
+    np.testing.assert_array_equal(np.asarray(M._ONE_DEVICE.order_statistics(x, ranks)), [[2.0], [2.0]])
+    g = jax.grad(lambda x: M._ONE_DEVICE.order_statistics(x, ranks)[0, 0])(x)
+    np.testing.assert_array_equal(np.asarray(g[:, 0]), [0.0, 0.5, 0.5, 0.0])

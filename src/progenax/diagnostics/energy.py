@@ -72,7 +72,7 @@ from .._sort import radial_order
 from .._types import Array, Masses, Positions, Scalar, Velocities
 from ..sampling import safe_divide, safe_sqrt
 from ..units import G_PHYSICAL
-from .mesh import mesh_pair_energy
+from .mesh import column_median, mesh_pair_energy
 from .ring import ring_mass_inside
 
 EXACT_MAX_N = 20_000
@@ -168,7 +168,7 @@ def _spherical_potential(positions: Positions, masses: Masses, centre: Array | N
     if centre is None:
         # The coordinate-wise median, not the centre of mass: a few far-out
         # stars of a heavy-tailed profile move the latter far from the core.
-        centre = jnp.median(positions, axis=0)
+        centre = column_median(positions)
     r2 = jnp.sum((positions - centre) ** 2, axis=-1)
     # Sorting by radius: the permutation only decides which mass counts as
     # inside; the gradient flows through the sorted radii and gathered masses.

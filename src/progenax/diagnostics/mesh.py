@@ -125,7 +125,7 @@ import numpy as np
 from jax.scipy.special import erf
 
 from .._mesh import ring_permutation, vary_like
-from .._sort import largest_passing
+from .._sort import largest_passing, radial_order
 from .._types import Array, Masses, Positions, Scalar
 from ..neighbours import build_cell_list, candidate_counts, layout_for, make_pair_sum, safe_distance
 from .ring import held_value, ring_mass_inside
@@ -449,6 +449,27 @@ def _outside(positions, masses, inside, across):
 
 
 # -- the reductions: one device, or the shares of a device mesh -----------------------
+def _median(x, n: int, order_statistics):
+    """`jnp.median(x, axis=0)` of a set of n stars from its order statistics
+    (`order_statistics(values, ranks)`): the mean of its two middle values,
+    in `jnp.median`'s arithmetic (the same bits)."""
+    ranks = jnp.asarray([(n - 1) // 2, n // 2])
+    return 0.5 * jnp.sum(order_statistics(x, ranks), axis=0)
+
+
+def _quantile(values, q, n: int, order_statistics):
+    """`jnp.quantile(values, q)` of a set of n stars from its order
+    statistics: linear interpolation, in `jnp.quantile`'s arithmetic (the
+    weights in the default float, then back to the values' dtype)."""
+    q = jnp.asarray(q)
+    at = q * jnp.asarray(n - 1, q.dtype)
+    low = jnp.floor(at)
+    high_weight = at - low
+    ranks = jnp.stack([low, jnp.ceil(at)]).astype(jnp.int32)
+    low_value, high_value = order_statistics(values[:, None], ranks)[:, 0].astype(q.dtype)
+    return (low_value * (1.0 - high_weight) + high_value * high_weight).astype(values.dtype)
+
+
 class _OneDevice:
     """The estimate's reductions over the stars of one array."""
 
@@ -457,18 +478,30 @@ class _OneDevice:
         return value
 
     @staticmethod
-    def median(x):
-        return jnp.median(x, axis=0)
+    def order_statistics(values, ranks):
+        r"""The values of ranks `ranks` (R,) of each column of `values` (n, C):
+        (R, C), exactly one of the values each, with a sort's gradient
+        (`ring.held_value`). Each column's floats are sorted as ordered
+        unsigned integers (`_sortable`): XLA's CPU sort of one integer array
+        is about four times faster than its sort of floats, which must order
+        NaNs (n = 1e6, three columns: 150 ms against 670 ms for `jnp.median`)."""
+        keys = _sortable(jax.lax.stop_gradient(values))
+        at = jnp.stack([jnp.sort(keys[:, c])[ranks] for c in range(values.shape[1])], axis=1)
+        return held_value(keys, at, values, _OneDevice.total)
 
-    @staticmethod
-    def quantile(values, q):
-        return jnp.quantile(values, q)
+    def median(self, x):
+        return _median(x, x.shape[0], self.order_statistics)
+
+    def quantile(self, values, q):
+        return _quantile(values, q, values.shape[0], self.order_statistics)
 
     @staticmethod
     def shells(r2, inside, m_out):
         """The outside stars' radial order (the inside ones first) and the
-        outside mass strictly inside each, in that order."""
-        order = jnp.argsort(jnp.where(inside, -1.0, r2))
+        outside mass strictly inside each, in that order (`radial_order`:
+        distinct radii within 2e-10 relative of each other may keep their
+        index order, a change of W far below its round-off)."""
+        order = radial_order(jnp.where(inside, 0.0, r2))
         m_sorted = m_out[order]
         return order, jnp.cumsum(m_sorted) - m_sorted
 
@@ -476,6 +509,12 @@ class _OneDevice:
 
 
 _ONE_DEVICE = _OneDevice()
+
+
+def column_median(x: Array) -> Array:
+    """`jnp.median(x, axis=0)` of an (n, C) array, the same bits and gradient
+    (a tie shares it), about four times faster (`_OneDevice.order_statistics`)."""
+    return _ONE_DEVICE.median(x)
 
 
 class _Shares(NamedTuple):
@@ -493,21 +532,16 @@ class _Shares(NamedTuple):
     def total(self, value):
         return jax.lax.psum(value, self.axis_name)
 
+    def order_statistics(self, values, ranks):
+        return order_statistics(values, ranks, self)
+
     def median(self, x):
         """`jnp.median(x, axis=0)` of the whole set: the mean of its two middle values."""
-        n = self.rows * self.n_devices
-        ranks = jnp.asarray([(n - 1) // 2, n // 2])
-        return 0.5 * jnp.sum(order_statistics(x, ranks, self), axis=0)
+        return _median(x, self.rows * self.n_devices, self.order_statistics)
 
     def quantile(self, values, q):
         """`jnp.quantile(values, q)` of the whole set (linear interpolation, the same arithmetic)."""
-        q = jnp.asarray(q, values.dtype)
-        at = q * jnp.asarray(self.rows * self.n_devices - 1, q.dtype)
-        low = jnp.floor(at)
-        high_weight = at - low
-        ranks = jnp.stack([low, jnp.ceil(at)]).astype(jnp.int32)
-        low_value, high_value = order_statistics(values[:, None], ranks, self)[:, 0].astype(q.dtype)
-        return low_value * (1.0 - high_weight) + high_value * high_weight
+        return _quantile(values, q, self.rows * self.n_devices, self.order_statistics)
 
     def shells(self, r2, inside, m_out):
         order, _, enclosed = ring_mass_inside(jnp.where(inside, 0.0, r2), m_out, self.axis_name, self.n_devices)
