@@ -371,3 +371,36 @@ def test_mesh_order_statistics_share_a_tie():
     np.testing.assert_array_equal(np.asarray(M._ONE_DEVICE.order_statistics(x, ranks)), [[2.0], [2.0]])
     g = jax.grad(lambda x: M._ONE_DEVICE.order_statistics(x, ranks)[0, 0])(x)
     np.testing.assert_array_equal(np.asarray(g[:, 0]), [0.0, 0.5, 0.5, 0.0])
+
+
+@pytest.mark.parametrize("form", ["levels", "ring"])
+def test_mesh_pair_pullback_equals_autodiff(small_fractal, form):
+    # The short-range pair sum's own VJP (`_short_pullback`) against autodiff
+    # of the pair function in the engine's reverse loop (the same pair sum
+    # without a pullback), in the positions, the weights and r_s: the same
+    # formulas, so they agree to round-off. "levels": half-shell lists with the
+    # "own" weights of `_pairs`; "ring": full lists with the weights "w" of
+    # `_ring_pairs`, where a pair beyond the reach may be listed one way only.
+    import functools
+
+    from progenax.diagnostics import mesh as M
+    from progenax.neighbours import make_pair_sum
+
+    x, m = small_fractal
+    own = (jnp.arange(m.shape[0]) % 3 != 0).astype(x.dtype)
+    fit = M._ErfcFit(M.DEFAULT_CUTOFF / 2.0)
+    autodiff = make_pair_sum(functools.partial(M._short_pair, erfc_fit=fit), M._LAYOUT)
+    r_s = 0.3 * jnp.std(x)
+
+    def energy(x, m, r_s, pair_sum):
+        reach = M.DEFAULT_CUTOFF * r_s
+        cells = M._cell_list(x, reach, None, half=form == "levels")
+        weights = {"m": m, "own": own} if form == "levels" else {"w": m}
+        return jnp.sum(m * pair_sum(cells, {"x": x, **weights, **M._pair_features(r_s, reach)})[:, 0])
+
+    ours = jax.value_and_grad(energy, argnums=(0, 1, 2))(x, m, r_s, M._short_sum(M.DEFAULT_CUTOFF))
+    reference = jax.value_and_grad(energy, argnums=(0, 1, 2))(x, m, r_s, autodiff)
+    assert float(ours[0]) == float(reference[0]) > 0
+    for a, b in zip(ours[1], reference[1], strict=True):
+        assert float(jnp.max(jnp.abs(b))) > 0
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-12 * float(jnp.max(jnp.abs(b))))
