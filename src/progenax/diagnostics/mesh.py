@@ -187,22 +187,112 @@ class _Levels:
 
 # -- long range: TSC meshes with isolated boundaries ---------------------------------
 def _tsc_weights(u: Array):
+    """The nearest cell i0 and the TSC weights of cells i0 - 1, i0, i0 + 1
+    (each (n, 3), per axis) at mesh coordinate u (cell centres at integers),
+    and their derivatives in u."""
     i0 = jnp.floor(u + 0.5)
     d = u - i0
-    return i0.astype(jnp.int32), (0.5 * (0.5 - d) ** 2, 0.75 - d**2, 0.5 * (0.5 + d) ** 2)
+    weights = (0.5 * (0.5 - d) ** 2, 0.75 - d**2, 0.5 * (0.5 + d) ** 2)
+    slopes = (d - 0.5, -2.0 * d, 0.5 + d)
+    return i0.astype(jnp.int32), weights, slopes
 
 
-def _assign(positions, weights, origin, spacing, n_grid):
-    """TSC mass per cell on an n_grid^3 mesh (cell centres at origin + (i + 1/2) H)."""
-    i0, w = _tsc_weights((positions - origin) / spacing - 0.5)
-    grid = jnp.zeros(n_grid**3, positions.dtype)
+# Stars per block of the TSC assignment (`_assign`).
+_ASSIGN_BLOCK = 2**15
+
+
+def _stencil(i0, n_grid):
+    """The 27 (a, b, c) offsets of the TSC stencil and each one's flat cell index (n,)."""
     for a in range(3):
         for b in range(3):
-            wab = weights * w[a][:, 0] * w[b][:, 1]
             row = ((i0[:, 0] + a - 1) * n_grid + (i0[:, 1] + b - 1)) * n_grid + i0[:, 2]
             for c in range(3):
-                grid = grid.at[row + (c - 1)].add(wab * w[c][:, 2], mode="drop")
-    return grid.reshape(n_grid, n_grid, n_grid)
+                yield (a, b, c), row + (c - 1)
+
+
+def _mesh_blocks(on_mesh, block):
+    """The stars `on_mesh` as blocks of `block` indices (padded with n, which
+    names no star) and the number of blocks they fill (traced)."""
+    n = on_mesh.shape[0]
+    index = jnp.nonzero(on_mesh, size=n + block, fill_value=n)[0].astype(jnp.int32)
+    return index, (jnp.sum(on_mesh, dtype=jnp.int32) + block - 1) // block
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _assign(positions, weights, on_mesh, origin, spacing, n_grid):
+    r"""TSC mass per cell on an n_grid^3 mesh (cell centres at origin + (i + 1/2) H)
+    of the stars `on_mesh` (bool (n,); the others add nothing).
+
+    Only the stars on the mesh are read, in blocks of `_ASSIGN_BLOCK` (a
+    loop of as many trips as they fill, decided in the graph): a deeper
+    cube holds a fraction of the stars (n = 1e6 gravoturbulent stars, 9
+    cubes: 3.8 million assignments instead of 9 million). Its own VJP, the
+    same blocks gathering the cotangent mesh: with $u = (x - o)/H - 1/2$ and
+    $ar u_i = m_i \sum_{abc} arho_{abc}\,
+abla_u (w_a w_b w_c)$,
+    $ar x_i = ar u_i / H$, $ar m_i = \sum_{abc} arho_{abc} w_a w_b w_c$,
+    $ar o = -\sum_i ar u_i / H$ and $ar H = -\sum_i ar u_i \cdot (x_i - o) / H^2$."""
+    return _assign_fwd(positions, weights, on_mesh, origin, spacing, n_grid)[0]
+
+
+def _assign_fwd(positions, weights, on_mesh, origin, spacing, n_grid):
+    n = positions.shape[0]
+    block = min(_ASSIGN_BLOCK, n)
+    index, trips = _mesh_blocks(on_mesh, block)
+    out_of_range = n_grid**3
+
+    def one_block(b, grid):
+        ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
+        real = ids < n
+        at = jnp.minimum(ids, n - 1)
+        i0, w, _ = _tsc_weights((positions[at] - origin) / spacing - 0.5)
+        mass = weights[at]
+        for (a, b_, c), cell in _stencil(i0, n_grid):
+            value = mass * w[a][:, 0] * w[b_][:, 1] * w[c][:, 2]
+            grid = grid.at[jnp.where(real, cell, out_of_range)].add(value, mode="drop")
+        return grid
+
+    grid = vary_like(jnp.zeros(n_grid**3, positions.dtype), positions, weights, origin, spacing)
+    grid = jax.lax.fori_loop(0, trips, one_block, grid)
+    return grid.reshape(n_grid, n_grid, n_grid), (positions, weights, on_mesh, origin, spacing)
+
+
+def _assign_bwd(n_grid, residuals, g):
+    positions, weights, on_mesh, origin, spacing = residuals
+    n = positions.shape[0]
+    block = min(_ASSIGN_BLOCK, n)
+    index, trips = _mesh_blocks(on_mesh, block)
+    g = g.reshape(-1)
+
+    def one_block(b, acc):
+        d_x, d_m, d_origin, d_spacing = acc
+        ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
+        at = jnp.minimum(ids, n - 1)
+        x = positions[at]
+        i0, w, dw = _tsc_weights((x - origin) / spacing - 0.5)
+        mass = weights[at]
+        d_mass = jnp.zeros_like(mass)
+        d_u = [jnp.zeros_like(mass) for _ in range(3)]
+        for (a, b_, c), cell in _stencil(i0, n_grid):
+            value = g.at[cell].get(mode="fill", fill_value=0.0)
+            wa, wb, wc = w[a][:, 0], w[b_][:, 1], w[c][:, 2]
+            d_mass = d_mass + value * wa * wb * wc
+            d_u[0] = d_u[0] + value * dw[a][:, 0] * wb * wc
+            d_u[1] = d_u[1] + value * wa * dw[b_][:, 1] * wc
+            d_u[2] = d_u[2] + value * wa * wb * dw[c][:, 2]
+        d_u = jnp.stack(d_u, axis=1) * mass[:, None] * (ids < n)[:, None]
+        d_x = d_x.at[ids].set(d_u / spacing, mode="drop")
+        d_m = d_m.at[ids].set(d_mass, mode="drop")
+        d_origin = d_origin - jnp.sum(d_u, axis=0) / spacing
+        d_spacing = d_spacing - jnp.sum(d_u * (x - origin)) / spacing**2
+        return d_x, d_m, d_origin, d_spacing
+
+    zeros = (jnp.zeros_like(positions), jnp.zeros_like(weights), jnp.zeros_like(origin), jnp.zeros_like(spacing))
+    d_x, d_m, d_origin, d_spacing = jax.lax.fori_loop(0, trips, one_block, vary_like(zeros, g, positions))
+    return d_x, d_m, None, d_origin, d_spacing
+
+
+_assign.defvjp(_assign_fwd, _assign_bwd)
 
 
 def _erf_over_r(r, r_s):
@@ -280,8 +370,7 @@ def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse,
     stars and the meshes are summed."""
     m_on = jnp.where(on_mesh, masses, 0.0)
     origin = centre - half - _MARGIN_CELLS * spacing
-    x = jnp.where(on_mesh[:, None], positions, centre)
-    rho = across.total(_assign(x, m_on, origin, spacing, n_grid))
+    rho = across.total(_assign(positions, masses, on_mesh, origin, spacing, n_grid))
     m = spectrum.shape[0]
     rho_hat = jnp.fft.rfftn(jnp.pad(rho, ((0, m - n_grid),) * 3))
     power = rho_hat.real**2 + rho_hat.imag**2
