@@ -102,11 +102,16 @@ meshes moved U of a 1e5-star equal-mass fractal by 6e-10 of itself, from
 -0.0797% to -0.0797% against the exact sum.)
 
 **Cost.** Two real FFTs of $(2N_g)^3$ (the outer cube and its kernel), K
-of $(N_g + 32)^3$ (the deeper cubes and their kernel), K TSC scatters of
-27 n, and K pair sums whose work grows with the clumpiness of the cluster
-at each level's scale (`benchmarks/builders.py --fractal-only` prints the
-times). For a 1e5-star D = 1.6 fractal (8 levels, $N_g$ = 112) U took
-1.33-1.65 s (two runs), against 4.19 s with full lists,
+of $(N_g + 32)^3$ (the deeper cubes and their kernel), TSC scatters of 27
+per star and cube holding it (`_assign` reads only those stars), and K
+pair sums whose work grows with the clumpiness of the cluster at each
+level's scale (`benchmarks/builders.py --fractal-only` prints the times).
+At n = 1e6 the pairs dominate for a D = 1.6 fractal (3.6 billion
+candidates, 9.3 of U's 15 s, most of them at levels 3-7: off-centre clumps,
+which cubes nested about the median do not refine); for gravoturbulent
+stars U took 5.7 s and its gradient 18.8 s (`jax.jit(jax.grad)`, key 0).
+For a 1e5-star D = 1.6 fractal (8 levels, $N_g$ = 112) U took 1.33-1.65 s
+(two runs), against 4.19 s with full lists,
 `jax.scipy.special.erfc`, 32 groups and $(2N_g)^3$ meshes at every level:
 about 0.75 s of pairs (90 million candidates; 48 million pairs with an own
 star within the reach) and 0.8 s of meshes, cubes and halo. Memory is
@@ -228,10 +233,9 @@ def _assign(positions, weights, on_mesh, origin, spacing, n_grid):
     cube holds a fraction of the stars (n = 1e6 gravoturbulent stars, 9
     cubes: 3.8 million assignments instead of 9 million). Its own VJP, the
     same blocks gathering the cotangent mesh: with $u = (x - o)/H - 1/2$ and
-    $ar u_i = m_i \sum_{abc} arho_{abc}\,
-abla_u (w_a w_b w_c)$,
-    $ar x_i = ar u_i / H$, $ar m_i = \sum_{abc} arho_{abc} w_a w_b w_c$,
-    $ar o = -\sum_i ar u_i / H$ and $ar H = -\sum_i ar u_i \cdot (x_i - o) / H^2$."""
+    $\bar u_i = m_i \sum_{abc} \bar\rho_{abc}\,\nabla_u (w_a w_b w_c)$,
+    $\bar x_i = \bar u_i / H$, $\bar m_i = \sum_{abc} \bar\rho_{abc} w_a w_b w_c$,
+    $\bar o = -\sum_i \bar u_i / H$ and $\bar H = -\sum_i \bar u_i \cdot (x_i - o) / H^2$."""
     return _assign_fwd(positions, weights, on_mesh, origin, spacing, n_grid)[0]
 
 
