@@ -223,24 +223,25 @@ def _mesh_blocks(on_mesh, block):
     return index, (jnp.sum(on_mesh, dtype=jnp.int32) + block - 1) // block
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _assign(positions, weights, on_mesh, origin, spacing, n_grid):
-    r"""TSC mass per cell on an n_grid^3 mesh (cell centres at origin + (i + 1/2) H)
-    of the stars `on_mesh` (bool (n,); the others add nothing).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _assign(u, weights, on_mesh, n_grid):
+    r"""TSC mass per cell on an n_grid^3 mesh of the stars `on_mesh` (bool
+    (n,); the others add nothing) at mesh coordinates `u` (n, 3), cell
+    centres at integers ($u = (x - o)/H - 1/2$ for cell centres at
+    $o + (i + 1/2) H$).
 
     Only the stars on the mesh are read, in blocks of `_ASSIGN_BLOCK` (a
     loop of as many trips as they fill, decided in the graph): a deeper
     cube holds a fraction of the stars (n = 1e6 gravoturbulent stars, 9
     cubes: 3.8 million assignments instead of 9 million). Its own VJP, the
-    same blocks gathering the cotangent mesh: with $u = (x - o)/H - 1/2$ and
-    $\bar u_i = m_i \sum_{abc} \bar\rho_{abc}\,\nabla_u (w_a w_b w_c)$,
-    $\bar x_i = \bar u_i / H$, $\bar m_i = \sum_{abc} \bar\rho_{abc} w_a w_b w_c$,
-    $\bar o = -\sum_i \bar u_i / H$ and $\bar H = -\sum_i \bar u_i \cdot (x_i - o) / H^2$."""
-    return _assign_fwd(positions, weights, on_mesh, origin, spacing, n_grid)[0]
+    same blocks gathering the cotangent mesh:
+    $\bar u_i = m_i \sum_{abc} \bar\rho_{abc}\,\nabla_u (w_a w_b w_c)$ and
+    $\bar m_i = \sum_{abc} \bar\rho_{abc} w_a w_b w_c$ (0 off the mesh)."""
+    return _assign_fwd(u, weights, on_mesh, n_grid)[0]
 
 
-def _assign_fwd(positions, weights, on_mesh, origin, spacing, n_grid):
-    n = positions.shape[0]
+def _assign_fwd(u, weights, on_mesh, n_grid):
+    n = u.shape[0]
     block = min(_ASSIGN_BLOCK, n)
     index, trips = _mesh_blocks(on_mesh, block)
     out_of_range = n_grid**3
@@ -249,51 +250,46 @@ def _assign_fwd(positions, weights, on_mesh, origin, spacing, n_grid):
         ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
         real = ids < n
         at = jnp.minimum(ids, n - 1)
-        i0, w, _ = _tsc_weights((positions[at] - origin) / spacing - 0.5)
+        i0, w, _ = _tsc_weights(u[at])
         mass = weights[at]
         for (a, b_, c), cell in _stencil(i0, n_grid):
             value = mass * w[a][:, 0] * w[b_][:, 1] * w[c][:, 2]
             grid = grid.at[jnp.where(real, cell, out_of_range)].add(value, mode="drop")
         return grid
 
-    grid = vary_like(jnp.zeros(n_grid**3, positions.dtype), positions, weights, origin, spacing)
+    grid = vary_like(jnp.zeros(n_grid**3, u.dtype), u, weights)
     grid = jax.lax.fori_loop(0, trips, one_block, grid)
-    return grid.reshape(n_grid, n_grid, n_grid), (positions, weights, on_mesh, origin, spacing)
+    return grid.reshape(n_grid, n_grid, n_grid), (u, weights, on_mesh)
 
 
 def _assign_bwd(n_grid, residuals, g):
-    positions, weights, on_mesh, origin, spacing = residuals
-    n = positions.shape[0]
+    u, weights, on_mesh = residuals
+    n = u.shape[0]
     block = min(_ASSIGN_BLOCK, n)
     index, trips = _mesh_blocks(on_mesh, block)
     g = g.reshape(-1)
 
     def one_block(b, acc):
-        d_x, d_m, d_origin, d_spacing = acc
+        d_u, d_m = acc
         ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
         at = jnp.minimum(ids, n - 1)
-        x = positions[at]
-        i0, w, dw = _tsc_weights((x - origin) / spacing - 0.5)
+        i0, w, dw = _tsc_weights(u[at])
         mass = weights[at]
         d_mass = jnp.zeros_like(mass)
-        d_u = [jnp.zeros_like(mass) for _ in range(3)]
+        d_coords = [jnp.zeros_like(mass) for _ in range(3)]
         for (a, b_, c), cell in _stencil(i0, n_grid):
             value = g.at[cell].get(mode="fill", fill_value=0.0)
             wa, wb, wc = w[a][:, 0], w[b_][:, 1], w[c][:, 2]
             d_mass = d_mass + value * wa * wb * wc
-            d_u[0] = d_u[0] + value * dw[a][:, 0] * wb * wc
-            d_u[1] = d_u[1] + value * wa * dw[b_][:, 1] * wc
-            d_u[2] = d_u[2] + value * wa * wb * dw[c][:, 2]
-        d_u = jnp.stack(d_u, axis=1) * mass[:, None] * (ids < n)[:, None]
-        d_x = d_x.at[ids].set(d_u / spacing, mode="drop")
-        d_m = d_m.at[ids].set(d_mass, mode="drop")
-        d_origin = d_origin - jnp.sum(d_u, axis=0) / spacing
-        d_spacing = d_spacing - jnp.sum(d_u * (x - origin)) / spacing**2
-        return d_x, d_m, d_origin, d_spacing
+            d_coords[0] = d_coords[0] + value * dw[a][:, 0] * wb * wc
+            d_coords[1] = d_coords[1] + value * wa * dw[b_][:, 1] * wc
+            d_coords[2] = d_coords[2] + value * wa * wb * dw[c][:, 2]
+        d_u = d_u.at[ids].set(jnp.stack(d_coords, axis=1) * mass[:, None], mode="drop")
+        return d_u, d_m.at[ids].set(d_mass, mode="drop")
 
-    zeros = (jnp.zeros_like(positions), jnp.zeros_like(weights), jnp.zeros_like(origin), jnp.zeros_like(spacing))
-    d_x, d_m, d_origin, d_spacing = jax.lax.fori_loop(0, trips, one_block, vary_like(zeros, g, positions))
-    return d_x, d_m, None, d_origin, d_spacing
+    zeros = vary_like((jnp.zeros_like(u), jnp.zeros_like(weights)), g, u, weights)
+    d_u, d_m = jax.lax.fori_loop(0, trips, one_block, zeros)
+    return d_u, d_m, None
 
 
 _assign.defvjp(_assign_fwd, _assign_bwd)
@@ -374,7 +370,7 @@ def _mesh_energy(positions, masses, on_mesh, centre, half, spacing, r_s, coarse,
     stars and the meshes are summed."""
     m_on = jnp.where(on_mesh, masses, 0.0)
     origin = centre - half - _MARGIN_CELLS * spacing
-    rho = across.total(_assign(positions, masses, on_mesh, origin, spacing, n_grid))
+    rho = across.total(_assign((positions - origin) / spacing - 0.5, masses, on_mesh, n_grid))
     m = spectrum.shape[0]
     rho_hat = jnp.fft.rfftn(jnp.pad(rho, ((0, m - n_grid),) * 3))
     power = rho_hat.real**2 + rho_hat.imag**2
@@ -425,8 +421,8 @@ def _short_pullback(a_i, a_j, dx, g_i, g_j, wanted, erfc_fit):
     (`_pair_features`; at s = 1),
     $\bar s = g(-c\,\partial_c + t_0\,\partial_{t_0} - \rho\,\partial_\rho)\phi
     = -g\,w\,(c E' S + E\,S'(t)\,\rho)$, with $S'(t) = -6t(1 - t)$ (0 where t
-    is clipped). Autodiff of the pair inside the reverse loop took 1.3x
-    the time (a clumpy cluster's U at n = 1e6)."""
+    is clipped). With autodiff of the pair inside the reverse loop instead,
+    a clumpy cluster's gradient of U took 1.3 times as long (n = 1e6)."""
     (g,) = g_i
     r = jnp.sqrt(sum(d * d for d in dx))
     use = r > 0
