@@ -259,14 +259,13 @@ def _assign_fwd(u, weights, on_mesh, n_grid):
 
     grid = vary_like(jnp.zeros(n_grid**3, u.dtype), u, weights)
     grid = jax.lax.fori_loop(0, trips, one_block, grid)
-    return grid.reshape(n_grid, n_grid, n_grid), (u, weights, on_mesh)
+    return grid.reshape(n_grid, n_grid, n_grid), (u, weights, index, trips)
 
 
 def _assign_bwd(n_grid, residuals, g):
-    u, weights, on_mesh = residuals
+    u, weights, index, trips = residuals  # the forward's blocks, not found again
     n = u.shape[0]
     block = min(_ASSIGN_BLOCK, n)
-    index, trips = _mesh_blocks(on_mesh, block)
     g = g.reshape(-1)
 
     def one_block(b, acc):
