@@ -4,7 +4,10 @@ What a user waits for, from typing the command to the prompt: interpreter start,
 `import progenax`, compile (or a hit in the persistent compilation cache), build,
 the summary line and the file write. Each (model, n) gets a fresh, empty cache
 folder (`PROGENAX_COMPILE_CACHE`): the first `build` is cold, the same command
-again is warm, then `progenax info` reads the file back.
+again is warm, then `progenax info` reads the file back: once as written (it
+reuses the summary `build` stored in the file) and once from a copy without the
+stored summary (what `info` costs on a file another program wrote: the figures,
+Q's potential energy above all, measured again).
 
 Reference, side by side in the same run: McLuster (Kuepper et al. 2011), the
 code most N-body users build their initial conditions with, with the same
@@ -13,7 +16,7 @@ not part of this project: give its executable with `--mcluster PATH` (or put
 `mcluster` on PATH); without one its column says so. McLuster's potential energy
 is an O(N^2) loop, so it runs only up to `--mcluster-max-n` (default 1e5).
 
-    python benchmarks/cli.py [--sizes 10000 100000 1000000] [--models plummer king]
+    python benchmarks/cli.py [--sizes 10000 100000 1000000] [--models plummer king fractal gravoturb]
                              [--mcluster /path/to/mcluster]
 """
 
@@ -27,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import h5py
 
 PROGENAX = [sys.executable, "-m", "progenax.cli"]
 KING_W0 = 6.0
@@ -43,8 +48,9 @@ def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
     return elapsed
 
 
-def progenax_times(model: str, n: int, workdir: Path) -> tuple[float, float, float]:
-    """(cold build, warm build, info) seconds, with a cache folder of their own."""
+def progenax_times(model: str, n: int, workdir: Path) -> tuple[float, float, float, float]:
+    """(cold build, warm build, info, info measuring again) seconds, with a cache
+    folder of their own."""
     cache = workdir / f"xla-{model}-{n}"
     env = {**os.environ, "PROGENAX_COMPILE_CACHE": str(cache)}
     output = workdir / f"{model}-{n}.h5"
@@ -54,7 +60,12 @@ def progenax_times(model: str, n: int, workdir: Path) -> tuple[float, float, flo
     cold = timed(build, workdir, env)
     warm = timed(build, workdir, env)
     info = timed([*PROGENAX, "info", str(output)], workdir, env)
-    return cold, warm, info
+    bare = workdir / f"{model}-{n}-bare.h5"
+    shutil.copyfile(output, bare)
+    with h5py.File(bare, "r+") as f:
+        del f["summary"]
+    measured = timed([*PROGENAX, "info", str(bare)], workdir, env)
+    return cold, warm, info, measured
 
 
 def mcluster_time(executable: str, model: str, n: int, workdir: Path) -> float:
@@ -66,29 +77,35 @@ def mcluster_time(executable: str, model: str, n: int, workdir: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e4, 1e5, 1e6])
-    parser.add_argument("--models", nargs="+", default=["plummer", "king"], choices=sorted(MCLUSTER_MODEL_FLAGS))
+    parser.add_argument(
+        "--models", nargs="+", default=["plummer", "king"], choices=["plummer", "king", "fractal", "gravoturb"]
+    )
     parser.add_argument("--mcluster", default=shutil.which("mcluster"), help="McLuster executable (reference)")
     parser.add_argument("--mcluster-max-n", type=float, default=1e5)
     args = parser.parse_args()
 
     print(f"## Command line, end to end ({os.cpu_count()} CPU cores, wall seconds)\n")
-    print("| command | n | progenax cold | progenax warm | progenax info | McLuster |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| command | n | progenax cold | progenax warm | progenax info | info, measured | McLuster |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory(prefix="progenax-cli-bench-") as folder:
         workdir = Path(folder)
         for model in args.models:
             for n in (int(size) for size in args.sizes):
-                cold, warm, info = progenax_times(model, n, workdir)
-                if args.mcluster is None:
+                cold, warm, info, measured = progenax_times(model, n, workdir)
+                if model not in MCLUSTER_MODEL_FLAGS:
+                    reference = "-"
+                elif args.mcluster is None:
                     reference = "not given"
                 elif n > args.mcluster_max_n:
                     reference = "skipped (O(N^2))"
                 else:
                     reference = f"{mcluster_time(args.mcluster, model, n, workdir):.2f}"
-                print(f"| build {model} | {n:,} | {cold:.2f} | {warm:.2f} | {info:.2f} | {reference} |", flush=True)
+                row = f"| build {model} | {n:,} | {cold:.2f} | {warm:.2f} | {info:.2f} | {measured:.2f} | {reference} |"
+                print(row, flush=True)
     print(
         "\ncold: a fresh compilation cache; warm: the same command again (cache hits); "
-        "info: `progenax info` on the file written. McLuster: the same model, N, "
+        "info: `progenax info` on the file written (the summary `build` stored); info, measured: on a copy "
+        "without it (every figure measured again, as for a file another program wrote). McLuster: the same model, N, "
         f"Kroupa IMF and Q = 0.5 (`-P 0`; King `-P 1 -W {KING_W0:g}`)."
     )
 

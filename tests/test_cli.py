@@ -58,6 +58,29 @@ def test_build_plummer_then_info(tmp_path, capsys):
     assert "virial ratio Q    0.4000" in out
 
 
+def test_info_reuses_the_figures_build_stored_unless_the_file_changed(tmp_path, capsys, monkeypatch):
+    import progenax.io.summary as summary
+
+    path = tmp_path / "cluster.h5"
+    assert _run(capsys, "build", "plummer", "--n", N, "--Q", 0.4, "-o", path)[0] == 0
+    measure = summary._measures
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(summary, "_measures", refuse)
+    code, out, err = _run(capsys, "info", path)
+    assert code == 0, err
+    assert "virial ratio Q    0.4000" in out
+    # Another program doubles the velocities: the stored figures no longer fit, Q is measured (4 x 0.4).
+    with h5py.File(path, "r+") as f:
+        f["velocities"][...] *= 2.0
+    monkeypatch.setattr(summary, "_measures", measure)
+    code, out, err = _run(capsys, "info", path)
+    assert code == 0, err
+    assert "virial ratio Q    1.6000" in out
+
+
 def test_build_is_reproducible_with_seed(tmp_path, capsys):
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
     # n = N: the compile of test_build_plummer_then_info serves (a new n would compile again).

@@ -495,9 +495,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     recipe.pop("output", None)
     fmt = _checked_format(path, recipe.get("format"))
     ic, full = recipes.build_from_recipe(recipe)
+    figures = pio.summary_figures(ic)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pio.write(ic, path, format=fmt, recipe=full)
-    print(f"{pio.summary_line(ic)} -> {path}")
+    pio.write(ic, path, format=fmt, recipe=full, summary=figures)
+    print(f"{pio.summary_line(ic, figures)} -> {path}")
     return EXIT_OK
 
 
@@ -505,7 +506,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     ic = pio.read(args.path, format=args.format)
     print(f"{'file':<17} {args.path}")
-    print(pio.format_summary(ic))
+    print(pio.format_summary(ic, pio.stored_summary(args.path, format=args.format)))
     recipe, version = recipes.recipe_of(args.path, format=args.format)
     if version is not None:
         print(f"{'written by':<17} progenax {version}")
@@ -541,9 +542,10 @@ def _cmd_relax(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.path}: {err}; nothing to relax") from None
     target = _relax_target(ic)
     relaxed = relax(ic, target=target, keep_radii=True, steps=args.steps, eta=args.eta, progress=args.progress)
+    figures = pio.summary_figures(relaxed)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    pio.write(relaxed, args.output, format=out_format)
-    print(f"{pio.summary_line(relaxed)} -> {args.output}")
+    pio.write(relaxed, args.output, format=out_format, summary=figures)
+    print(f"{pio.summary_line(relaxed, figures)} -> {args.output}")
     if args.plot is not None:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         relax_before_after(ic, relaxed, args.plot, eta=args.eta, target=target)
@@ -611,10 +613,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     ic = plummer_builder(jax.random.PRNGKey(args.seed), n=args.n, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa")
-    cluster = pio.write(ic, out / "cluster.h5")
+    figures = pio.summary_figures(ic)
+    cluster = pio.write(ic, out / "cluster.h5", summary=figures)
     figure = quicklook(ic, out / "quicklook.png")
     print(f"Plummer cluster, Kroupa IMF (seed {args.seed})")
-    print(pio.format_summary(ic))
+    print(pio.format_summary(ic, figures))
     print()
     print(f"wrote {cluster}    (inspect with: progenax info {cluster})")
     print(f"wrote {figure}")

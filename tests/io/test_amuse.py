@@ -137,7 +137,8 @@ def test_nbody_file_without_scales_is_refused(fake_amuse, tmp_path):
 def test_cli_build(fake_amuse, tmp_path, capsys, monkeypatch):
     # Building a real cluster is tested in tests/test_cli.py; here a hand-made one keeps this fast.
     monkeypatch.setattr(cli.recipes, "build_from_recipe", lambda recipe: (_ic(n=recipe["n"]), dict(recipe)))
-    monkeypatch.setattr(pio, "summary_line", lambda ic: f"{ic.model.name} n={ic.n}")
+    monkeypatch.setattr(pio, "summary_figures", lambda ic: {})
+    monkeypatch.setattr(pio, "summary_line", lambda ic, figures: f"{ic.model.name} n={ic.n}")
     path = tmp_path / "c.amuse"
     assert cli.main(["build", "plummer", "--n", "64", "--format", "amuse", "-o", str(path)]) == 0
     assert "-> " in capsys.readouterr().out

@@ -167,6 +167,45 @@ def test_foreign_npz_is_rejected(tmp_path):
         pio.read(path)
 
 
+@pytest.mark.parametrize("name", ["cluster.h5", "cluster.npz"])
+def test_summary_figures_kept_in_the_file_are_used_only_for_its_contents(tmp_path, name):
+    ic = _make_ic(np.float64, n=300)
+    measured = pio.summary_figures(ic)
+    path = pio.write(ic, tmp_path / name, summary=measured)
+    stored = pio.stored_summary(path)
+    assert stored == measured  # every figure back as the same Python value
+    back = pio.read(path)
+    assert pio.summary_figures(back)["digest"] == stored["digest"]  # the digest survives the round trip
+    # Stored figures are taken as they are when the digest matches ...
+    marked = {**stored, "Q": 123.0}
+    assert "virial ratio Q    123.0000" in pio.format_summary(back, marked)
+    # ... and measured again for any other contents: one velocity changed, the units, the weights.
+    moved = InitialConditions(
+        ParticleState(back.state.positions, back.state.velocities.at[0, 0].add(1e-9), back.state.masses),
+        back.weights,
+        back.model,
+        back.params,
+        back.units,
+    )
+    for other in (
+        moved,
+        back.to_henon(),
+        InitialConditions(back.state, back.weights * 0.5, back.model, back.params, back.units),
+    ):
+        figures = pio.summary_figures(other, marked)
+        assert figures["digest"] != stored["digest"]
+        assert figures["Q"] != 123.0
+    # A file written without figures, and an exchange format, hold none.
+    assert pio.stored_summary(pio.write(ic, tmp_path / f"bare_{name}")) is None
+    assert pio.stored_summary(pio.write(ic, tmp_path / "x.csv", format="csv", summary=measured), format="csv") is None
+
+
+def test_summary_figures_refuse_arrays(tmp_path):
+    ic = _make_ic(np.float64, n=20)
+    with pytest.raises(ValueError, match="'r_h' of shape"):
+        pio.write(ic, tmp_path / "c.h5", summary={"r_h": np.ones(3)})
+
+
 def test_format_summary_physical_and_henon():
     ic = _make_ic(np.float64, n=300)
     ic = InitialConditions(ic.state, jnp.ones(300), ic.model, ic.params, physical_units())

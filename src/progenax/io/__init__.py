@@ -5,7 +5,9 @@ or `.npz`; see `progenax.io.native` for the schema. `format=` ("gadget"/"swift",
 "nbody6"/"petar", "csv", "amuse", see `FORMATS`) picks an exchange format instead:
 `progenax.io.gadget`, `progenax.io.nbody`, `progenax.io.csv`, `progenax.io.amuse`
 (AMUSE particle sets, `to_amuse(ic)`; only when AMUSE is installed).
-`format_summary(ic)` describes a cluster in a few lines (what `progenax info` prints);
+`format_summary(ic)` describes a cluster in a few lines (what `progenax info` prints;
+`summary_figures` measures its figures, `write(..., summary=)` keeps them in the
+file and `stored_summary` reads them back);
 `progenax.io.recipe` holds how a cluster was built (the recipe every file stores).
 Every writer is atomic (a temporary file beside the target, renamed over it:
 a failed or killed write leaves the old file) and refuses NaN or inf
@@ -27,10 +29,12 @@ from .native import SCHEMA as SCHEMA
 from .native import SCHEMA_VERSION as SCHEMA_VERSION
 from .native import file_format as file_format
 from .native import read as read
+from .native import stored_summary as stored_summary
 from .native import write as write
 from .nbody import read_nbody6 as read_nbody6
 from .nbody import write_nbody6 as write_nbody6
 from .summary import format_summary as format_summary
+from .summary import summary_figures as summary_figures
 from .summary import summary_line as summary_line
 
 __all__ = [
@@ -56,6 +60,8 @@ __all__ = [
     "check_finite_arrays",
     # summaries
     "format_summary",
+    "stored_summary",
+    "summary_figures",
     "summary_line",
     # recipes (`progenax build --config`, `progenax info`)
     "recipe",

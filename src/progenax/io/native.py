@@ -60,6 +60,14 @@ Root attributes:
 | `G`                | gravitational constant in the file's units (informative;   |
 |                    | it follows from the three above)                           |
 
+Group `summary` (optional; written by the command line): the figures that
+`progenax info` prints, measured when the file was written
+(`progenax.io.summary.summary_figures`), one attribute each: `n_eff`, `weighted`,
+`mass`, `r_h`, `Q` (and with binaries `hard`, `median_log_binding`,
+`systems_Q`), and `digest`, the SHA-256 of the arrays, units and method they
+were measured from. `progenax info` uses them only when the digest matches the
+file's contents, so a file edited by another program is measured again.
+
 Group `parameters`: the builder's parameters (`ic.params`). A scalar is an
 attribute of the group named after the parameter; a parameter that is an array
 of any other shape is a dataset of the group. Dtypes are kept. A parameter whose
@@ -75,7 +83,8 @@ pc Msun$^{-1}$ (km/s)$^2$. To turn file values into physical ones multiply by
 The same content as flat keys: `positions`, `velocities`, `masses`, `weights`
 (and for gas `internal_energy`, `smoothing_length`);
 the root attributes as 0-d arrays under the same names (strings as unicode
-arrays); each parameter under `parameters/<name>`.
+arrays); each parameter under `parameters/<name>`, each summary figure under
+`summary/<name>`.
 """
 
 from __future__ import annotations
@@ -112,6 +121,7 @@ _GAS_ARRAYS = ("internal_energy", "smoothing_length")
 _PAIRS = "pairs"
 _UNIT_SCALES = ("length_pc", "mass_msun", "velocity_kms")
 _PARAM_PREFIX = "parameters/"
+_SUMMARY = "summary"
 
 
 def file_format(path: str | os.PathLike) -> str:
@@ -195,7 +205,7 @@ def _check_format(format: str | None, path: Path) -> str:
     return {"swift": "gadget", "petar": "nbody6"}.get(format.lower(), format.lower())
 
 
-def write(ic, path: str | os.PathLike, format: str | None = None, *, recipe=None, **options) -> Path:
+def write(ic, path: str | os.PathLike, format: str | None = None, *, recipe=None, summary=None, **options) -> Path:
     """Write `ic` (an `InitialConditions`) to `path`.
 
     With `format=None` (default) the extension picks progenax's own format:
@@ -218,6 +228,12 @@ def write(ic, path: str | os.PathLike, format: str | None = None, *, recipe=None
     file's `progenax` group, the NBODY6 sidecar's `recipe` entry, a first
     comment line of a CSV; not in AMUSE files); `progenax.io.recipe.recipe_of`
     reads it back.
+
+    `summary` (a dict from `progenax.io.summary.summary_figures(ic)`, or None):
+    the figures `progenax info` prints, stored with our own schema ("hdf5",
+    "npz"; the exchange formats do not keep them) so that reading the summary
+    of a large clumpy cluster back skips measuring its potential energy again;
+    `stored_summary` reads them back.
 
     `ic` may also be SPH gas (a `GasCloud`): the own schema keeps its internal
     energies and smoothing lengths, as do "gadget" (`PartType0`) and "amuse".
@@ -250,15 +266,29 @@ def write(ic, path: str | os.PathLike, format: str | None = None, *, recipe=None
     arrays, attrs, params = _content(ic)
     if text is not None:
         attrs["recipe"] = text
+    figures = {} if summary is None else _summary_values(summary)
     with atomic_write(path) as (temp,):
         if fmt == "hdf5":
-            _write_hdf5(temp, arrays, attrs, params)
+            _write_hdf5(temp, arrays, attrs, params, figures)
         else:
-            _write_npz(temp, arrays, attrs, params)
+            _write_npz(temp, arrays, attrs, params, figures)
     return path
 
 
-def _write_hdf5(path: Path, arrays, attrs, params) -> None:
+def _summary_values(summary) -> dict[str, Any]:
+    """The summary figures as storable values (str, bool or float), or a `ValueError`."""
+    values = {}
+    for name, value in dict(summary).items():
+        if isinstance(value, (str, bool, np.bool_)):
+            values[str(name)] = value if isinstance(value, str) else bool(value)
+        elif np.ndim(value) == 0:
+            values[str(name)] = float(value)
+        else:
+            raise ValueError(f"summary figures are scalars or strings, got {name!r} of shape {np.shape(value)}")
+    return values
+
+
+def _write_hdf5(path: Path, arrays, attrs, params, figures) -> None:
 
     with h5py.File(path, "w") as f:
         for name, value in attrs.items():
@@ -271,14 +301,18 @@ def _write_hdf5(path: Path, arrays, attrs, params) -> None:
                 group.attrs[name] = value if isinstance(value, str) else value[()]
             else:
                 group.create_dataset(name, data=value)
+        if figures:
+            f.create_group(_SUMMARY, track_order=True).attrs.update(figures)
 
 
-def _write_npz(path: Path, arrays, attrs, params) -> None:
+def _write_npz(path: Path, arrays, attrs, params, figures) -> None:
     content = dict(arrays)
     for name, value in attrs.items():
         content[name] = np.asarray(value)
     for name, value in params.items():
         content[_PARAM_PREFIX + name] = np.asarray(value)
+    for name, value in figures.items():
+        content[f"{_SUMMARY}/{name}"] = np.asarray(value)
     # Write through a file object so numpy never appends its own ".npz".
     with open(path, "wb") as f:
         np.savez(f, **content)
@@ -401,10 +435,43 @@ def _read_npz(path: Path):
                 arrays[key] = value
             elif key.startswith(_PARAM_PREFIX):
                 params[key[len(_PARAM_PREFIX) :]] = value
-            else:
+            elif not key.startswith(_SUMMARY + "/"):
                 attrs[key] = value
     _check_schema(path, attrs, arrays)
     return arrays, attrs, params
+
+
+def stored_summary(path: str | os.PathLike, format: str | None = None) -> dict[str, Any] | None:
+    """The summary figures stored in a file of our own schema by
+    `write(..., summary=)`, or None (none stored, or an exchange format).
+
+    They are what was measured when the file was written; pass them to
+    `progenax.io.format_summary(ic, figures)`, which uses them only if their
+    `digest` matches the cluster read from the same file.
+    """
+    path = Path(path)
+    fmt = _check_format(format, path)
+    if fmt == "hdf5":
+        with h5py.File(path, "r") as f:
+            group = f.get(_SUMMARY)
+            stored = dict(group.attrs) if isinstance(group, h5py.Group) else {}
+    elif fmt == "npz":
+        prefix = _SUMMARY + "/"
+        with np.load(path, allow_pickle=False) as data:
+            stored = {key[len(prefix) :]: data[key][()] for key in data.files if key.startswith(prefix)}
+    else:
+        return None
+    return {name: _figure(value) for name, value in stored.items()} or None
+
+
+def _figure(value: Any) -> Any:
+    """A stored summary figure as a Python str, bool or float."""
+    value = np.asarray(value)[()] if isinstance(value, np.ndarray) else value
+    if isinstance(value, (str, bytes, np.str_)):
+        return _text(value)
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return float(value)
 
 
 def _param_value(value: Any) -> Any:

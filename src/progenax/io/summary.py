@@ -1,46 +1,86 @@
-"""Human-readable summaries of an `InitialConditions` (used by `progenax info`)."""
+"""Human-readable summaries of an `InitialConditions` (used by `progenax info`).
+
+The figures a summary prints (total mass, half-mass radius, Q, the binaries'
+statistics) are measured by `summary_figures`. Measuring Q costs one potential
+energy, tens of seconds for a clumpy cluster of a million stars (the nested
+mesh), so the command line stores the figures in the file it writes
+(`progenax.io.write(..., summary=)`, our own schema) and `progenax info` reuses
+them (`progenax.io.native.stored_summary`) when their `digest`, a SHA-256 of
+everything they depend on, matches the cluster read back: a file changed by
+another program is measured again.
+"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from .._compile import run_once_jit
+from .._version import __version__
 from ..binaries import binding_energy_distribution
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
 from .gadget import is_gas
 
 
-def _diagnostics(ic) -> dict[str, Any]:
-    """N, total mass, 3D half-mass radius and Q of `ic`, in its own units.
+def summary_digest(ic) -> str:
+    """SHA-256 (hex) of what the summary figures of `ic` depend on: positions,
+    velocities, masses, weights and binary pairs (dtype, shape and bytes), the
+    unit system, the potential-energy method and the progenax version."""
+    digest = hashlib.sha256()
+    s = ic.state
+    pairs = np.zeros((0, 2)) if ic.pairs is None else ic.pairs
+    for array in (s.positions, s.velocities, s.masses, ic.weights, np.asarray(pairs, dtype=np.int64)):
+        a = np.ascontiguousarray(np.asarray(array))
+        digest.update(f"{a.dtype.str}{a.shape};".encode())
+        digest.update(a)
+    u = ic.units
+    scales = np.asarray([u.length_pc, u.mass_msun, u.velocity_kms], dtype=np.float64)
+    digest.update(f"{u.name};{ic.energy_method};{__version__};".encode())
+    digest.update(scales.tobytes())
+    return digest.hexdigest()
 
-    The half-mass radius, and the shells of the spherical W estimate above
-    20,000 stars, are centred on the density centre (robust to the few far-out
-    stars of heavy-tailed profiles).
-    Masses are weighted by the membership weights; Q uses the exact pair sum
-    up to 20,000 stars, above it the spherical estimate for a cluster of a
-    spherical model and the mesh for any other (`InitialConditions.energy_method`).
+
+def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The figures `format_summary` and `summary_line` print, as a dict.
+
+    `stored` (figures kept with a file, or None) is returned as is when its
+    `digest` is `summary_digest(ic)`; otherwise the figures are measured:
+
+    - `n_eff`, `weighted`, `mass`: the sum of the membership weights, whether
+      any is not 1, the weighted total mass;
+    - `r_h`: the 3D half-mass radius about the density centre (robust to the
+      few far-out stars of heavy-tailed profiles);
+    - `Q`: the virial ratio T/|W|, W the exact pair sum up to 20,000 stars,
+      above it the spherical estimate (shells about the density centre) for a
+      cluster of a spherical model and the nested mesh for any other
+      (`InitialConditions.energy_method`);
+    - with binaries, `hard` (the fraction of pairs with E_b > <m> sigma^2),
+      `median_log_binding` (median of log10(E_b / <m> sigma^2)) and
+      `systems_Q` (Q of the systems, each binary at its centre of mass);
+    - `digest`: `summary_digest(ic)`.
+
+    Masses are weighted by the membership weights throughout.
     """
-
+    digest = summary_digest(ic)
+    if stored is not None and stored.get("digest") == digest:
+        return dict(stored)
     s = ic.state
     centre = jnp.asarray(density_centre(s.positions, ic.weights))
     G = jnp.asarray(ic.units.G, s.positions.dtype)
     measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, G, ic.energy_method)
-    return {
-        "n": int(s.masses.shape[0]),
-        **{name: float(value) for name, value in measured.items() if name != "weighted"},
-        "weighted": bool(measured["weighted"]),
-        "dtype": str(s.positions.dtype),
-    }
+    figures = {name: float(value) for name, value in measured.items() if name != "weighted"}
+    figures["weighted"] = bool(measured["weighted"])
+    return {**figures, **_binary_figures(ic), "digest": digest}
 
 
 @functools.partial(run_once_jit, static_argnames=("method",))
 def _measures(positions, velocities, masses, weights, centre, G, method):
-    """`_diagnostics`' sums, half-mass radius and Q in one program (eager, each
-    operation would be a small program of its own to trace and look up)."""
+    """`summary_figures`' sums, half-mass radius and Q in one program (eager,
+    each operation would be a small program of its own to trace and look up)."""
     m = masses * weights
     return {
         "n_eff": jnp.sum(weights),
@@ -51,28 +91,36 @@ def _measures(positions, velocities, masses, weights, centre, G, method):
     }
 
 
-def _binaries_line(ic) -> str | None:
+def _binary_figures(ic) -> dict[str, float]:
+    """`hard`, `median_log_binding` and `systems_Q` of `ic`'s binaries (none without
+    pairs or with zero pairs)."""
+    if ic.pairs is None or int(ic.pairs.shape[0]) == 0:
+        return {}
+    s = ic.state
+    m = s.masses * ic.weights
+    # x = log10(E_b / <m> sigma^2) per pair: hard pairs have x > 0 (one elements pass for both figures).
+    _, _, x = binding_energy_distribution(s.positions, s.velocities, m, ic.pairs, ic.units.G)
+    x = np.asarray(x)
+    systems = ic.systems()
+    q_systems = virial_ratio(
+        systems.positions, systems.velocities, systems.masses, G=ic.units.G, method=ic.energy_method
+    )
+    return {"hard": float(np.mean(x > 0)), "median_log_binding": float(np.median(x)), "systems_Q": float(q_systems)}
+
+
+def _binaries_line(ic, figures: dict[str, Any]) -> str | None:
     """The binaries of `ic`: count, fraction of systems, hard fraction, the
     median binding energy in units of <m> sigma^2, and the systems' Q."""
     if ic.pairs is None:
         return None
-    s, pairs = ic.state, ic.pairs
-    m = s.masses * ic.weights
-    k = int(pairs.shape[0])
-    n_systems = int(s.masses.shape[0]) - k
+    k = int(ic.pairs.shape[0])
+    n_systems = int(ic.state.masses.shape[0]) - k
     if k == 0:
         return f"0 of {n_systems} systems"
-    # x = log10(E_b / <m> sigma^2) per pair: hard pairs have x > 0 (one elements pass for both figures).
-    _, _, x = binding_energy_distribution(s.positions, s.velocities, m, pairs, ic.units.G)
-    x = np.asarray(x)
-    hard = float(np.mean(x > 0))
-    systems = ic.systems()
-    q_systems = float(
-        virial_ratio(systems.positions, systems.velocities, systems.masses, G=ic.units.G, method=ic.energy_method)
-    )
     return (
-        f"{k} of {n_systems} systems ({k / n_systems:.3g}); hard (E_b > <m> sigma^2) {100 * hard:.1f}%, "
-        f"median log10(E_b / <m> sigma^2) = {float(np.median(x)):.2f}; systems' Q = {q_systems:.4f}"
+        f"{k} of {n_systems} systems ({k / n_systems:.3g}); hard (E_b > <m> sigma^2) {100 * figures['hard']:.1f}%, "
+        f"median log10(E_b / <m> sigma^2) = {figures['median_log_binding']:.2f}; "
+        f"systems' Q = {figures['systems_Q']:.4f}"
     )
 
 
@@ -112,17 +160,19 @@ def _scales(ic) -> tuple[float, float, float]:
     return float(u.length_pc), float(u.mass_msun), float(u.velocity_kms)
 
 
-def format_summary(ic) -> str:
+def format_summary(ic, figures: dict[str, Any] | None = None) -> str:
     """A few lines describing `ic`: N, total mass with its unit, the 3D half-mass
     radius, the virial ratio Q, the unit system, the model and its parameters.
 
     Masses are weighted by `ic.weights`. In Henon units the physical equivalents
-    (Msun, pc) are given alongside.
+    (Msun, pc) are given alongside. `figures`: as for `summary_figures` (used
+    when their digest matches `ic`, measured otherwise).
     """
-    d = _diagnostics(ic)
+    d = summary_figures(ic, figures)
+    n = int(ic.state.masses.shape[0])
     length, mass, velocity = _scales(ic)
     henon = ic.units.name == "henon"
-    n_line = f"{d['n']}"
+    n_line = f"{n}"
     if d["weighted"]:
         n_line += f" (sum of weights {d['n_eff']:.6g})"
     if henon:
@@ -142,10 +192,10 @@ def format_summary(ic) -> str:
         ("half-mass radius", rh_line),
         ("virial ratio Q", f"{d['Q']:.4f}" + (" (stars; binaries' orbits included)" if ic.pairs is not None else "")),
         ("units", units_line),
-        ("dtype", d["dtype"]),
+        ("dtype", str(ic.state.positions.dtype)),
         ("parameters", _format_parameters(dict(ic.params))),
     ]
-    binaries = _binaries_line(ic)
+    binaries = _binaries_line(ic, d)
     if binaries is not None:
         rows.insert(4, ("binaries", binaries))
     if is_gas(ic):
@@ -155,13 +205,14 @@ def format_summary(ic) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
-def summary_line(ic) -> str:
-    """One line: model, N, total mass, 3D half-mass radius and Q."""
-    d = _diagnostics(ic)
+def summary_line(ic, figures: dict[str, Any] | None = None) -> str:
+    """One line: model, N, total mass, 3D half-mass radius and Q (`figures` as
+    for `format_summary`)."""
+    d = summary_figures(ic, figures)
     if ic.units.name == "henon":
         mass, r_h = f"M = {d['mass']:.6g}", f"r_h = {d['r_h']:.4g}"
         unit = " (Henon units)"
     else:
         mass, r_h = f"M = {d['mass']:.6g} Msun", f"r_h = {d['r_h']:.4g} pc"
         unit = ""
-    return f"{ic.model.name}: N = {d['n']}, {mass}, {r_h}, Q = {d['Q']:.3f}{unit}"
+    return f"{ic.model.name}: N = {ic.state.masses.shape[0]}, {mass}, {r_h}, Q = {d['Q']:.3f}{unit}"
