@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import progenax
 from progenax import _compile
@@ -124,3 +125,32 @@ def test_outputs_without_a_cotangent_stay_out_of_an_eager_gradient():
     pair = _compile.run_once_jit(lambda x: (jnp.sqrt(x - 1.0), 2.0 * x), filter=True)
     assert float(jax.grad(lambda x: pair(x)[1])(1.0)) == 2.0
     assert np.isinf(float(jax.grad(lambda x: pair(x)[0])(1.0)))
+
+
+def test_a_call_that_runs_long_compiles_with_xla_defaults(monkeypatch):
+    """`fast_compile` false: no options, eagerly or under an eager `grad`. An
+    option no XLA has makes the difference visible: passing it fails the compile."""
+    monkeypatch.setattr(_compile, "compile_options", lambda: {"xla_cpu_no_such_option_in_any_version": True})
+    scaled = _compile.run_once_jit(
+        lambda x, n: x * n, filter=True, fast_compile=lambda x, n: _compile.mesh_compiles_fast(n)
+    )
+    long_run = _compile.MESH_FAST_COMPILE_MAX_N + 1
+    assert float(scaled(2.0, long_run)) == 2.0 * long_run
+    assert float(jax.grad(lambda x: scaled(x, long_run))(2.0)) == long_run
+    with pytest.raises(Exception, match="no_such_option"):
+        scaled(2.0, _compile.MESH_FAST_COMPILE_MAX_N)
+
+
+def test_the_cores_that_sum_the_mesh_w_of_many_stars_run_with_xla_defaults():
+    from progenax.builders import fractal
+    from progenax.gravoturb import builders as gravoturb
+    from progenax.io import summary
+
+    limit, key, Q = _compile.MESH_FAST_COMPILE_MAX_N, jax.random.PRNGKey(0), jnp.asarray(0.5)
+    assert fractal._mesh_compiles_fast(key, limit) and not fractal._mesh_compiles_fast(key, limit + 1)
+    assert gravoturb._stars_compile_fast(key, limit, 10.0, 0.2, 2.3, Q)
+    assert not gravoturb._stars_compile_fast(key, limit + 1, 10.0, 0.2, 2.3, Q)
+    assert gravoturb._stars_compile_fast(key, limit + 1, 10.0, 0.2, 2.3, None)  # no W without Q
+    many = jnp.zeros((limit + 1, 3))
+    assert not summary._measures_compile_fast(many, method="auto")
+    assert summary._measures_compile_fast(many, method="spherical")

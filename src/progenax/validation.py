@@ -387,10 +387,14 @@ def collecting_checks(fn):
     return collected_fn
 
 
-def deferred_checks(fn):
+def deferred_checks(fn=None, *, fast_compile=None):
     """`equinox.filter_jit(fn)` whose traced checks (`error_if`, `check_range`) are
     returned rather than compiled in, then raised by `raise_collected`; compiled
-    with the run-once options of `progenax._compile`."""
+    with the run-once options of `progenax._compile` (for the calls where
+    `fast_compile(*args, **kwargs)` is true, if given: `run_once_jit`).
+    `@deferred_checks` or `@deferred_checks(fast_compile=...)`."""
+    if fn is None:
+        return functools.partial(deferred_checks, fast_compile=fast_compile)
 
     def core(*args, **kwargs):
         # The messages are static: equinox returns them from the trace as they are.
@@ -398,7 +402,7 @@ def deferred_checks(fn):
 
     core.__name__ = core.__qualname__ = fn.__name__  # the compiled program's name
 
-    jitted = run_once_jit(core, filter=True)
+    jitted = run_once_jit(core, filter=True, fast_compile=fast_compile)
 
     @functools.wraps(fn)
     def checked(*args, **kwargs):

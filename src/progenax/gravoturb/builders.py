@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from .._compile import mesh_compiles_fast
 from .._deprecation import renamed_keyword
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
@@ -293,7 +294,13 @@ def _star_rows(key, star_key, rows, first, n, kappa, dispersion, alpha, Q, imf, 
     return positions, velocities, masses, params
 
 
-@deferred_checks
+def _stars_compile_fast(key, n, kappa, dispersion, alpha, Q, *args, **kwargs) -> bool:
+    """Whether a star core's program takes the run-once options: not when it
+    scales to Q with the nested-mesh W of many stars (`progenax._compile`)."""
+    return Q is None or mesh_compiles_fast(n)
+
+
+@deferred_checks(fast_compile=_stars_compile_fast)
 def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=None):
     positions, velocities, masses, params = _star_rows(key, key, n, 0, n, kappa, dispersion, alpha, Q, imf, hard, f)
     # Positions stay in the cloud's frame (origin = cloud centre), so the stars
@@ -317,7 +324,7 @@ def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=No
     )
 
 
-@deferred_checks
+@deferred_checks(fast_compile=_stars_compile_fast)
 def _stars_sharded(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh):
     """`_stars` with each device of `mesh` drawing n / D stars (`progenax.builders.sharded`)."""
 

@@ -19,7 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile import run_once_jit
+from .._compile import mesh_compiles_fast, run_once_jit
 from .._version import __version__
 from ..binaries import binding_energy_distribution
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
@@ -71,13 +71,19 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     s = ic.state
     centre = jnp.asarray(density_centre(s.positions, ic.weights))
     G = jnp.asarray(ic.units.G, s.positions.dtype)
-    measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, G, ic.energy_method)
+    measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, G, method=ic.energy_method)
     figures = {name: float(value) for name, value in measured.items() if name != "weighted"}
     figures["weighted"] = bool(measured["weighted"])
     return {**figures, **_binary_figures(ic), "digest": digest}
 
 
-@functools.partial(run_once_jit, static_argnames=("method",))
+def _measures_compile_fast(positions, *args, method, **kwargs) -> bool:
+    """Whether `_measures` takes the run-once options: not when its Q sums the
+    nested-mesh W of many stars (`progenax._compile`)."""
+    return method == "spherical" or mesh_compiles_fast(positions.shape[0])
+
+
+@functools.partial(run_once_jit, static_argnames=("method",), fast_compile=_measures_compile_fast)
 def _measures(positions, velocities, masses, weights, centre, G, method):
     """`summary_figures`' sums, half-mass radius and Q in one program (eager,
     each operation would be a small program of its own to trace and look up)."""
