@@ -11,8 +11,11 @@ Q's potential energy above all, measured again).
 
 Reference, side by side in the same run: McLuster (Kuepper et al. 2011), the
 code most N-body users build their initial conditions with, with the same
-model, N, Kroupa (2001) IMF and Q = 0.5 (`-P 0` Plummer, `-P 1 -W 6` King). It is
-not part of this project: give its executable with `--mcluster PATH` (or put
+model, N, Kroupa (2001) IMF and Q = 0.5 (`-P 0` Plummer, `-P 1 -W 6` King, `-P -1
+-D 1.6` its box fractal, which progenax builds with `--profile box`: McLuster's
+fractal remapped onto a Plummer sphere, `-P 0 -D 1.6`, stops with a floating-point
+exception in the build this was written with; gravoturbulent stars have no
+McLuster counterpart). It is not part of this project: give its executable with `--mcluster PATH` (or put
 `mcluster` on PATH); without one its column says so. McLuster's potential energy
 is an O(N^2) loop, so it runs only up to `--mcluster-max-n` (default 1e5).
 
@@ -35,7 +38,18 @@ import h5py
 
 PROGENAX = [sys.executable, "-m", "progenax.cli"]
 KING_W0 = 6.0
-MCLUSTER_MODEL_FLAGS = {"plummer": ["-P", "0"], "king": ["-P", "1", "-W", str(KING_W0)]}
+FRACTAL_D = 1.6
+PROGENAX_MODEL_FLAGS = {
+    "plummer": [],
+    "king": ["--W0", str(KING_W0), "--Q", "0.5"],
+    "fractal": ["--profile", "box", "--D", str(FRACTAL_D)],
+    "gravoturb": [],
+}
+MCLUSTER_MODEL_FLAGS = {
+    "plummer": ["-P", "0"],
+    "king": ["-P", "1", "-W", str(KING_W0)],
+    "fractal": ["-P", "-1", "-D", str(FRACTAL_D)],
+}
 
 
 def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -54,9 +68,7 @@ def progenax_times(model: str, n: int, workdir: Path) -> tuple[float, float, flo
     cache = workdir / f"xla-{model}-{n}"
     env = {**os.environ, "PROGENAX_COMPILE_CACHE": str(cache)}
     output = workdir / f"{model}-{n}.h5"
-    build = [*PROGENAX, "build", model, "--n", str(n), "--seed", "1", "-o", str(output)]
-    if model == "king":
-        build += ["--W0", str(KING_W0), "--Q", "0.5"]
+    build = [*PROGENAX, "build", model, "--n", str(n), "--seed", "1", *PROGENAX_MODEL_FLAGS[model], "-o", str(output)]
     cold = timed(build, workdir, env)
     warm = timed(build, workdir, env)
     info = timed([*PROGENAX, "info", str(output)], workdir, env)
@@ -77,9 +89,7 @@ def mcluster_time(executable: str, model: str, n: int, workdir: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e4, 1e5, 1e6])
-    parser.add_argument(
-        "--models", nargs="+", default=["plummer", "king"], choices=["plummer", "king", "fractal", "gravoturb"]
-    )
+    parser.add_argument("--models", nargs="+", default=list(PROGENAX_MODEL_FLAGS), choices=list(PROGENAX_MODEL_FLAGS))
     parser.add_argument("--mcluster", default=shutil.which("mcluster"), help="McLuster executable (reference)")
     parser.add_argument("--mcluster-max-n", type=float, default=1e5)
     args = parser.parse_args()
@@ -106,7 +116,8 @@ def main() -> None:
         "\ncold: a fresh compilation cache; warm: the same command again (cache hits); "
         "info: `progenax info` on the file written (the summary `build` stored); info, measured: on a copy "
         "without it (every figure measured again, as for a file another program wrote). McLuster: the same model, N, "
-        f"Kroupa IMF and Q = 0.5 (`-P 0`; King `-P 1 -W {KING_W0:g}`)."
+        f"Kroupa IMF and Q = 0.5 (`-P 0`; King `-P 1 -W {KING_W0:g}`; fractal `-P -1 -D {FRACTAL_D:g}`, "
+        "progenax `--profile box`)."
     )
 
 

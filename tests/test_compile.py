@@ -141,16 +141,22 @@ def test_a_call_that_runs_long_compiles_with_xla_defaults(monkeypatch):
         scaled(2.0, _compile.MESH_FAST_COMPILE_MAX_N)
 
 
-def test_the_cores_that_sum_the_mesh_w_of_many_stars_run_with_xla_defaults():
-    from progenax.builders import fractal
+def test_the_cores_that_sum_the_mesh_w_of_many_stars_run_with_xla_defaults(monkeypatch):
     from progenax.gravoturb import builders as gravoturb
     from progenax.io import summary
 
     limit, key, Q = _compile.MESH_FAST_COMPILE_MAX_N, jax.random.PRNGKey(0), jnp.asarray(0.5)
-    assert fractal._mesh_compiles_fast(key, limit) and not fractal._mesh_compiles_fast(key, limit + 1)
-    assert gravoturb._stars_compile_fast(key, limit, 10.0, 0.2, 2.3, Q)
-    assert not gravoturb._stars_compile_fast(key, limit + 1, 10.0, 0.2, 2.3, Q)
-    assert gravoturb._stars_compile_fast(key, limit + 1, 10.0, 0.2, 2.3, None)  # no W without Q
+    assert _compile.mesh_core_compiles_fast(key, limit) and not _compile.mesh_core_compiles_fast(key, limit + 1)
+    stars = gravoturb._stars_compile_fast
+    assert stars(key, limit, 10.0, 0.2, 2.3, Q, None, "physical")
+    assert not stars(key, limit + 1, 10.0, 0.2, 2.3, Q, None, "physical")
+    assert stars(key, limit + 1, 10.0, 0.2, 2.3, None, None, "physical")  # no W without Q ...
+    assert not stars(key, limit + 1, 10.0, 0.2, 2.3, None, None, "henon")  # ... unless for the Henon unit
     many = jnp.zeros((limit + 1, 3))
-    assert not summary._measures_compile_fast(many, method="auto")
-    assert summary._measures_compile_fast(many, method="spherical")
+    assert not summary._measures_compile_fast(many, None, None, None, None, 1.0, "auto")
+    assert summary._measures_compile_fast(many, None, None, None, None, 1.0, "spherical")
+    # The builders' cores ask: each call passes its n to the predicate.
+    asked = []
+    monkeypatch.setattr(_compile, "mesh_compiles_fast", lambda n: asked.append(n) or True)
+    assert progenax.fractal_builder(key, n=64, Q=0.5).n == 64
+    assert asked == [64]

@@ -187,14 +187,27 @@ def test_summary_figures_kept_in_the_file_are_used_only_for_its_contents(tmp_pat
         back.params,
         back.units,
     )
+    s = back.state
+    as_float32 = InitialConditions(
+        ParticleState(*(jnp.asarray(a, np.float32) for a in (s.positions, s.velocities, s.masses))),
+        back.weights.astype(np.float32),
+        back.model,
+        back.params,
+        back.units,
+    )
     for other in (
         moved,
         back.to_henon(),
         InitialConditions(back.state, back.weights * 0.5, back.model, back.params, back.units),
+        InitialConditions(back.state, back.weights, back.model, back.params, back.units, jnp.asarray([[0, 1]])),
+        as_float32,
     ):
         figures = pio.summary_figures(other, marked)
         assert figures["digest"] != stored["digest"]
         assert figures["Q"] != 123.0
+    # A stored set that lacks a figure is measured again, not printed with a gap.
+    partial = {key: value for key, value in marked.items() if key != "r_h"}
+    assert pio.summary_figures(back, partial)["Q"] != 123.0
     # A file written without figures, and an exchange format, hold none.
     assert pio.stored_summary(pio.write(ic, tmp_path / f"bare_{name}")) is None
     assert pio.stored_summary(pio.write(ic, tmp_path / "x.csv", format="csv", summary=measured), format="csv") is None

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from .._compile import mesh_compiles_fast
+from .._compile import mesh_core_compiles_fast
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..diagnostics.energy import scale_to_virial_ratio
@@ -67,13 +67,7 @@ def _segregate(key, positions, velocities, masses, S, temperature):
     return jax.lax.cond(S > 0, segregated, lambda operands: operands, (positions, v))
 
 
-def _mesh_compiles_fast(key, n, *args, **kwargs) -> bool:
-    """Whether a fractal core's program takes the run-once options: not when
-    it sums the nested-mesh W of many stars (`progenax._compile`)."""
-    return mesh_compiles_fast(n)
-
-
-@deferred_checks(fast_compile=_mesh_compiles_fast)
+@deferred_checks(fast_compile=mesh_core_compiles_fast)
 def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, binaries=None, profile="plummer"):
     k_m, k_f, k_s = jax.random.split(key, 3)
     dtype = r_h.dtype
@@ -103,7 +97,7 @@ def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, bin
     )
 
 
-@deferred_checks(fast_compile=_mesh_compiles_fast)
+@deferred_checks(fast_compile=mesh_core_compiles_fast)
 def _fractal_sharded(key, n, D, r_h, alpha, Q, imf, units, profile, mesh):
     """`_fractal` with each device of `mesh` building n / D of the stars
     (`progenax.builders.sharded`): the tree from the builder's fractal key

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from .._compile import mesh_compiles_fast
+from .._compile import mesh_compiles_fast, mesh_core_compiles_fast
 from .._deprecation import renamed_keyword
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
@@ -294,10 +294,11 @@ def _star_rows(key, star_key, rows, first, n, kappa, dispersion, alpha, Q, imf, 
     return positions, velocities, masses, params
 
 
-def _stars_compile_fast(key, n, kappa, dispersion, alpha, Q, *args, **kwargs) -> bool:
-    """Whether a star core's program takes the run-once options: not when it
-    scales to Q with the nested-mesh W of many stars (`progenax._compile`)."""
-    return Q is None or mesh_compiles_fast(n)
+def _stars_compile_fast(key, n, kappa, dispersion, alpha, Q, imf, units, *args, **kwargs) -> bool:
+    """Whether `_stars`' program takes the run-once options: not when it sums
+    the nested-mesh W of many stars, to scale to Q or for the Henon length
+    unit (`progenax._compile`)."""
+    return (Q is None and units != "henon") or mesh_compiles_fast(n)
 
 
 @deferred_checks(fast_compile=_stars_compile_fast)
@@ -324,7 +325,7 @@ def _stars(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries=No
     )
 
 
-@deferred_checks(fast_compile=_stars_compile_fast)
+@deferred_checks(fast_compile=mesh_core_compiles_fast)  # the ring's W, whatever Q
 def _stars_sharded(key, n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh):
     """`_stars` with each device of `mesh` drawing n / D stars (`progenax.builders.sharded`)."""
 

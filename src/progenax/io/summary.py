@@ -25,11 +25,15 @@ from ..binaries import binding_energy_distribution
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
 from .gadget import is_gas
 
+_FIGURES = ("n_eff", "weighted", "mass", "r_h", "Q")
+_BINARY_FIGURES = ("hard", "median_log_binding", "systems_Q")
+
 
 def summary_digest(ic) -> str:
     """SHA-256 (hex) of what the summary figures of `ic` depend on: positions,
-    velocities, masses, weights and binary pairs (dtype, shape and bytes), the
-    unit system, the potential-energy method and the progenax version."""
+    velocities, masses, weights (dtype, shape and bytes) and binary pairs (as
+    int64), the unit system, the potential-energy method and the progenax
+    version."""
     digest = hashlib.sha256()
     s = ic.state
     pairs = np.zeros((0, 2)) if ic.pairs is None else ic.pairs
@@ -48,7 +52,8 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     """The figures `format_summary` and `summary_line` print, as a dict.
 
     `stored` (figures kept with a file, or None) is returned as is when its
-    `digest` is `summary_digest(ic)`; otherwise the figures are measured:
+    `digest` is `summary_digest(ic)` and it holds every figure below;
+    otherwise the figures are measured:
 
     - `n_eff`, `weighted`, `mass`: the sum of the membership weights, whether
       any is not 1, the weighted total mass;
@@ -66,7 +71,8 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     Masses are weighted by the membership weights throughout.
     """
     digest = summary_digest(ic)
-    if stored is not None and stored.get("digest") == digest:
+    wanted = _FIGURES + (_BINARY_FIGURES if ic.pairs is not None and int(ic.pairs.shape[0]) > 0 else ())
+    if stored is not None and stored.get("digest") == digest and all(name in stored for name in wanted):
         return dict(stored)
     s = ic.state
     centre = jnp.asarray(density_centre(s.positions, ic.weights))
@@ -77,7 +83,7 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     return {**figures, **_binary_figures(ic), "digest": digest}
 
 
-def _measures_compile_fast(positions, *args, method, **kwargs) -> bool:
+def _measures_compile_fast(positions, velocities, masses, weights, centre, G, method) -> bool:
     """Whether `_measures` takes the run-once options: not when its Q sums the
     nested-mesh W of many stars (`progenax._compile`)."""
     return method == "spherical" or mesh_compiles_fast(positions.shape[0])
