@@ -16,7 +16,7 @@ import numpy as np
 
 from .._types import Array, Key
 from ..binaries import Binaries, BinaryPopulation
-from ..diagnostics.energy import EXACT_MAX_N, scale_to_virial_ratio
+from ..diagnostics.energy import EXACT_MAX_N, kinetic_energy, potential_energy, virial_velocity_factor
 from ..imf import IMF, PowerLawIMF, kroupa, salpeter
 from ..models import AbstractClusterModel
 from ..state import InitialConditions, ParticleState
@@ -164,7 +164,12 @@ def finish_cluster(
         centre at the origin). W for the scaling is the exact pair sum up to
         `EXACT_MAX_N` stars and `large_n_energy` above: "spherical" (shell theorem
         about the model centre, 0.1% for spherical models, fast) or "mesh"
-        (nested-mesh P3M, for substructured clusters).
+        (nested-mesh P3M, for substructured clusters). In Henon units the
+        mesh's W also sets the length unit (`InitialConditions.to_henon(w=)`):
+        it does not depend on where the cluster sits, so measuring it again
+        about the centre of mass would give it to round-off, at the cost of a
+        second W (the spherical estimate depends on its centre, and the exact
+        sum is cheap: those are measured again).
     """
     if large_n_energy not in ("spherical", "mesh"):
         raise ValueError(f"large_n_energy must be 'spherical' or 'mesh', got {large_n_energy!r}")
@@ -172,19 +177,21 @@ def finish_cluster(
         masses = companions.system_masses
         model = model.with_mass(jnp.sum(masses))
     velocities = centre_of_mass_frame(velocities, masses)
+    method = "exact" if masses.shape[0] <= EXACT_MAX_N else large_n_energy
+    w = None
     if Q is not None:
         # Positions are still about the model centre: the spherical estimate of
         # W (n > 20,000) uses it as the centre of its shells.
         origin = jnp.zeros(3, positions.dtype)
-        method = "exact" if masses.shape[0] <= EXACT_MAX_N else large_n_energy
-        velocities = scale_to_virial_ratio(positions, velocities, masses, Q, G=G_PHYSICAL, method=method, centre=origin)
+        w = potential_energy(positions, masses, G=G_PHYSICAL, method=method, centre=origin)
+        velocities = velocities * virial_velocity_factor(kinetic_energy(velocities, masses), w, Q)
     if centre_positions:
         positions = centre_of_mass_frame(positions, masses)
     state = ParticleState(positions, velocities, masses)
     ic = InitialConditions(state, jnp.ones_like(masses), model, params, physical_units())
     if companions is not None:
         ic = with_companions(ic, companions, binaries)
-    return finish_units(ic, units)
+    return finish_units(ic, units, w if method == "mesh" else None)
 
 
 def finish_units(ic: InitialConditions, units: str, w: Array | None = None) -> InitialConditions:
