@@ -15,8 +15,8 @@ model, N, Kroupa (2001) IMF and Q = 0.5 (`-P 0` Plummer, `-P 1 -W 6` King, `-P -
 -D 1.6` its box fractal, which progenax builds with `--profile box`: McLuster's
 fractal remapped onto a Plummer sphere, `-P 0 -D 1.6`, stops with a floating-point
 exception in the build this was written with; gravoturbulent stars have no
-McLuster counterpart). It is not part of this project: give its executable with `--mcluster PATH` (or put
-`mcluster` on PATH); without one its column says so. McLuster's potential energy
+McLuster counterpart). It is not part of this project: give its executable with
+`--mcluster PATH` (or put `mcluster` on PATH); without one its column says so. McLuster's potential energy
 is an O(N^2) loop, so it runs only up to `--mcluster-max-n` (default 1e5).
 
     python benchmarks/cli.py [--sizes 10000 100000 1000000] [--models plummer king fractal gravoturb]
