@@ -139,7 +139,8 @@ def test_virial_ratio_with_mesh_energy(monkeypatch):
 def test_henon_units_take_the_mesh_w_of_the_scaling(monkeypatch):
     # The mesh W the velocities were scaled with sets the Henon length unit
     # (no second W); it is the W of the centred cluster to round-off. The
-    # threshold is lowered as above (n = 2001: a trace of its own).
+    # threshold is lowered as above, and the physical build is the one above
+    # (same n and key: its compile serves).
     import progenax.builders._common
     from progenax.diagnostics import potential_energy
     from progenax.state import InitialConditions
@@ -149,9 +150,9 @@ def test_henon_units_take_the_mesh_w_of_the_scaling(monkeypatch):
     monkeypatch.setattr(InitialConditions, "to_henon", lambda ic, w=None: given.append(w) or to_henon(ic, w=w))
     monkeypatch.setattr(progenax.builders._common, "EXACT_MAX_N", 1000)
     key = jax.random.PRNGKey(4)
-    henon = fractal_builder(key, n=2001, D=1.6, Q=0.5, units="henon")
+    henon = fractal_builder(key, n=2000, D=1.6, Q=0.5, units="henon")
     assert len(given) == 1 and given[0] is not None
-    physical = fractal_builder(key, n=2001, D=1.6, Q=0.5).state
+    physical = fractal_builder(key, n=2000, D=1.6, Q=0.5).state
     w = potential_energy(physical.positions, physical.masses, method="mesh")
     r_v = progenax.units.G_PHYSICAL * jnp.sum(physical.masses) ** 2 / (2.0 * jnp.abs(w))
     np.testing.assert_allclose(float(henon.units.length_pc), float(r_v), rtol=1e-12)
