@@ -71,7 +71,7 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     Masses are weighted by the membership weights throughout.
     """
     digest = summary_digest(ic)
-    wanted = _FIGURES + (_BINARY_FIGURES if ic.pairs is not None and int(ic.pairs.shape[0]) > 0 else ())
+    wanted = _FIGURES + (_BINARY_FIGURES if _has_pairs(ic) else ())
     if stored is not None and stored.get("digest") == digest and all(name in stored for name in wanted):
         return dict(stored)
     s = ic.state
@@ -103,10 +103,15 @@ def _measures(positions, velocities, masses, weights, centre, G, method):
     }
 
 
+def _has_pairs(ic) -> bool:
+    """Whether `ic` holds at least one binary (the binaries' figures exist)."""
+    return ic.pairs is not None and int(ic.pairs.shape[0]) > 0
+
+
 def _binary_figures(ic) -> dict[str, float]:
     """`hard`, `median_log_binding` and `systems_Q` of `ic`'s binaries (none without
     pairs or with zero pairs)."""
-    if ic.pairs is None or int(ic.pairs.shape[0]) == 0:
+    if not _has_pairs(ic):
         return {}
     s = ic.state
     m = s.masses * ic.weights
