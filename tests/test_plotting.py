@@ -71,6 +71,24 @@ def test_imf_comes_from_recorded_parameters():
     assert found is None
 
 
+def test_model_curves_are_the_models_own_values():
+    # The density and IMF curves come from one jitted program each: the
+    # model's eager values to round-off, and no curve for a model without an
+    # analytic density (its NoAnalyticFormError is raised while tracing).
+    from progenax.plotting import _analytic_density, _imf_curve
+
+    ic = _plummer_ic(300, model="king")
+    mass = float(jnp.sum(ic.state.masses))
+    grid = np.geomspace(0.05, 5.0, 9)
+    rho, label = _analytic_density(ic, mass, grid)
+    eager = np.asarray(ic.model.prepared().with_mass(mass).density(grid))
+    np.testing.assert_allclose(rho, eager, rtol=1e-13)
+    assert label.startswith("king, W0 = ")
+    imf = kroupa(2.3)
+    np.testing.assert_allclose(np.asarray(_imf_curve(imf, jnp.asarray(grid))), np.asarray(imf.pdf(grid)), rtol=1e-13)
+    assert _analytic_density(_plummer_ic(300, model="fractal"), mass, grid) == (None, None)
+
+
 def test_default_figure_keeps_three_panels():
     # 1000 stars: points, no colorbar axes; no ra, no rotation: no extra panels
     assert len(_quicklook_figure(_plummer_ic(1000)).axes) == 3

@@ -31,6 +31,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from .diagnostics.centre import density_centre
@@ -40,6 +41,7 @@ from .io._paths import atomic_write
 from .io.gadget import is_gas
 from .models import NoAnalyticFormError
 from .sph.relax import adaptive_density, model_density, smoothing_lengths, tracer_masses
+from .validation import deferred_checks
 
 _POINTS_MAX_N = 5_000
 """Up to this many stars panel 1 draws points; above it, a 2D histogram."""
@@ -77,15 +79,31 @@ def _half_mass_radius(r: np.ndarray, mw: np.ndarray) -> float:
     return float(np.interp(0.5 * cum[-1], cum, r[order]))
 
 
-def _analytic_density(ic, total_mass: float):
-    """A function r -> rho(r) (Msun / pc^3) from `ic.model`, with a label, or
+@deferred_checks
+def _model_curve(model, total_mass, r):
+    """`model` prepared at `total_mass`, and its density at the radii `r`: one
+    program, its checks kept out of it so that the command line's compilation
+    cache keeps it (eager, each of a profile's few dozen operations compiled a
+    program of its own, about 0.4 s in all for a King model)."""
+    prepared = model.prepared().with_mass(total_mass)
+    return prepared, prepared.density(r)
+
+
+@deferred_checks
+def _imf_curve(imf, m):
+    """dN/dm of `imf` at the masses `m`, in one program (eager: 45 small
+    compiles, about 1 s)."""
+    return imf.pdf(m)
+
+
+def _analytic_density(ic, total_mass: float, r: np.ndarray):
+    """rho at the radii `r` (Msun / pc^3) from `ic.model`, with a label, or
     (None, None) for a model without an analytic density."""
-    model = ic.model.prepared().with_mass(total_mass)
     try:
-        model.density(np.zeros(()))
+        model, rho = _model_curve(ic.model, jnp.asarray(total_mass), jnp.asarray(r))
     except NoAnalyticFormError:
         return None, None
-    return (lambda r: np.asarray(model.density(r))), model_label(model)
+    return np.asarray(rho, dtype=np.float64), model_label(model)
 
 
 def model_label(model) -> str:
@@ -162,10 +180,9 @@ def _panel_density(ax, ic, c: dict[str, Any], r_h: float) -> None:
     rho = mass[keep] / volume[keep]
     err = rho / np.sqrt(count[keep])  # Poisson: relative error 1/sqrt(stars in shell)
     ax.errorbar(centres[keep], rho, yerr=err, fmt="o", ms=3.5, color="C0", capsize=0, label="measured")
-    f, label = _analytic_density(ic, float(mw.sum()))
-    if f is not None:
-        grid = np.geomspace(edges[0], edges[-1], 200)
-        model = np.asarray(f(grid), dtype=np.float64)
+    grid = np.geomspace(edges[0], edges[-1], 200)
+    model, label = _analytic_density(ic, float(mw.sum()), grid)
+    if model is not None:
         ax.plot(grid, np.where(model > 0, model, np.nan), color="C3", lw=1.5, label=label)
     ax.axvline(r_h, color="0.6", ls=":", lw=1, label=f"$r_h$ = {r_h:.3g} pc (measured)")
     ax.set_xscale("log")
@@ -215,7 +232,7 @@ def _panel_mass_function(ax, ic, c: dict[str, Any], imf) -> None:
         m_lo, m_hi = float(imf.m_min), float(imf.m_max)
         grid = np.geomspace(m_lo, m_hi, 300)
         # dN/dlog10 m = N m ln(10) xi(m), with xi normalised to one star.
-        curve = float(w.sum()) * grid * np.log(10.0) * np.asarray(imf.pdf(grid))
+        curve = float(w.sum()) * grid * np.log(10.0) * np.asarray(_imf_curve(imf, jnp.asarray(grid)))
         ax.plot(grid, curve, color="C3", lw=1.5, label=label)
     ax.legend(fontsize=8, loc="lower left")
 

@@ -213,6 +213,17 @@ def test_summary_figures_kept_in_the_file_are_used_only_for_its_contents(tmp_pat
     assert pio.stored_summary(pio.write(ic, tmp_path / "x.csv", format="csv", summary=measured), format="csv") is None
 
 
+def test_small_virial_ratios_keep_their_significant_figures():
+    """A cold cluster's Q (1e-4 for gravoturbulent stars of 1e6 with their own
+    velocities) printed with its digits, not as 0.0000; ordinary ones in fixed point."""
+    ic = _make_ic(np.float64, n=300)
+    figures = pio.summary_figures(ic)
+    for q, long, short in ((3.1234e-4, "0.000312", "0.000312"), (0.5, "0.5000", "0.500"), (0.0, "0.0000", "0.000")):
+        marked = {**figures, "Q": q}
+        assert f"virial ratio Q    {long}" in pio.format_summary(ic, marked)
+        assert pio.summary_line(ic, marked).endswith(f"Q = {short}")
+
+
 def test_summary_figures_refuse_arrays(tmp_path):
     ic = _make_ic(np.float64, n=20)
     with pytest.raises(ValueError, match="'r_h' of shape"):

@@ -137,7 +137,7 @@ def _binaries_line(ic, figures: dict[str, Any]) -> str | None:
     return (
         f"{k} of {n_systems} systems ({k / n_systems:.3g}); hard (E_b > <m> sigma^2) {100 * figures['hard']:.1f}%, "
         f"median log10(E_b / <m> sigma^2) = {figures['median_log_binding']:.2f}; "
-        f"systems' Q = {figures['systems_Q']:.4f}"
+        f"systems' Q = {_format_ratio(figures['systems_Q'])}"
     )
 
 
@@ -153,6 +153,15 @@ def _gas_line(gas) -> str:
         mach = np.sqrt(np.mean(np.sum(v**2, axis=1))) / np.median(c_s)
         line += f"; c_s = {np.median(c_s):.4g} km/s, rms Mach {mach:.3g}"
     return line
+
+
+def _format_ratio(q: float, decimals: int = 4) -> str:
+    """A virial ratio with `decimals` decimals, or 3 significant figures below
+    0.01 (a gravoturbulent cloud of 1e6 stars with its own velocities has Q ~
+    1e-4, which fixed point would print as zero)."""
+    if q == 0 or abs(q) >= 0.01:
+        return f"{q:.{decimals}f}"
+    return f"{q:.3g}"
 
 
 def _format_value(value: Any) -> str:
@@ -192,6 +201,7 @@ def format_summary(ic, figures: dict[str, Any] | None = None) -> str:
     n_line = f"{n}"
     if d["weighted"]:
         n_line += f" (sum of weights {d['n_eff']:.6g})"
+    q_note = " (stars; binaries' orbits included)" if ic.pairs is not None else ""
     if henon:
         mass_line = f"{d['mass']:.6g} (Henon units) = {d['mass'] * mass:.6g} Msun"
         rh_line = f"{d['r_h']:.6g} (Henon units) = {d['r_h'] * length:.6g} pc (3D)"
@@ -207,7 +217,7 @@ def format_summary(ic, figures: dict[str, Any] | None = None) -> str:
         ("N", n_line),
         ("total mass", mass_line),
         ("half-mass radius", rh_line),
-        ("virial ratio Q", f"{d['Q']:.4f}" + (" (stars; binaries' orbits included)" if ic.pairs is not None else "")),
+        ("virial ratio Q", _format_ratio(d["Q"]) + q_note),
         ("units", units_line),
         ("dtype", str(ic.state.positions.dtype)),
         ("parameters", _format_parameters(dict(ic.params))),
@@ -216,7 +226,7 @@ def format_summary(ic, figures: dict[str, Any] | None = None) -> str:
     if binaries is not None:
         rows.insert(4, ("binaries", binaries))
     if is_gas(ic):
-        rows[4] = ("virial ratio Q", f"{d['Q']:.4f} (bulk motions only; thermal energy not included)")
+        rows[4] = ("virial ratio Q", f"{_format_ratio(d['Q'])} (bulk motions only; thermal energy not included)")
         rows.insert(4, ("SPH gas", _gas_line(ic)))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
@@ -232,4 +242,4 @@ def summary_line(ic, figures: dict[str, Any] | None = None) -> str:
     else:
         mass, r_h = f"M = {d['mass']:.6g} Msun", f"r_h = {d['r_h']:.4g} pc"
         unit = ""
-    return f"{ic.model.name}: N = {ic.state.masses.shape[0]}, {mass}, {r_h}, Q = {d['Q']:.3f}{unit}"
+    return f"{ic.model.name}: N = {ic.state.masses.shape[0]}, {mass}, {r_h}, Q = {_format_ratio(d['Q'], 3)}{unit}"
