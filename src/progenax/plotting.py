@@ -39,7 +39,7 @@ from .diagnostics.kinematics import anisotropy_profile, rotation_curve
 from .imf import PowerLawIMF
 from .io._paths import atomic_write
 from .io.gadget import is_gas
-from .models import NoAnalyticFormError
+from .models import NoAnalyticFormError, prepared_density
 from .sph.relax import adaptive_density, model_density, smoothing_lengths, tracer_masses
 from .validation import deferred_checks
 
@@ -80,16 +80,6 @@ def _half_mass_radius(r: np.ndarray, mw: np.ndarray) -> float:
 
 
 @deferred_checks
-def _model_curve(model, total_mass, r):
-    """`model` prepared at `total_mass`, and its density at the radii `r`: one
-    program, its checks kept out of it so that the command line's compilation
-    cache keeps it (eager, each of a profile's few dozen operations compiled a
-    program of its own, about 0.4 s in all for a King model)."""
-    prepared = model.prepared().with_mass(total_mass)
-    return prepared, prepared.density(r)
-
-
-@deferred_checks
 def _imf_curve(imf, m):
     """dN/dm of `imf` at the masses `m`, in one program (eager: 45 small
     compiles, about 1 s)."""
@@ -100,7 +90,7 @@ def _analytic_density(ic, total_mass: float, r: np.ndarray):
     """rho at the radii `r` (Msun / pc^3) from `ic.model`, with a label, or
     (None, None) for a model without an analytic density."""
     try:
-        model, rho = _model_curve(ic.model, jnp.asarray(total_mass), jnp.asarray(r))
+        model, rho = prepared_density(ic.model, jnp.asarray(total_mass), jnp.asarray(r))
     except NoAnalyticFormError:
         return None, None
     return np.asarray(rho, dtype=np.float64), model_label(model)

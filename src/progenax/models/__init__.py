@@ -18,6 +18,7 @@ from ._base import as_model as as_model
 from ._base import density_at as density_at
 from ._base import is_spherical as is_spherical
 from ._base import model_from_record as model_from_record
+from ._base import prepared_density as prepared_density
 from .common import BUILDER_PARAMETERS as BUILDER_PARAMETERS
 from .dehnen import Dehnen as Dehnen
 from .eff import EFF as EFF

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array
-from ..models import density_at
+from ..models import density_at, prepared_density
 from ..sampling import safe_norm
 from .projections import centre_of_mass, profile_knots
 
@@ -36,8 +36,9 @@ def model_density(ic) -> Callable[[Array], Array]:
     """
     if ic.units.name != "physical":
         raise ValueError("model_density needs an InitialConditions in physical units (ic.to_physical())")
-    model = ic.model.prepared().with_mass(jnp.sum(ic.state.masses * ic.weights))
-    model.density(jnp.zeros((), ic.state.positions.dtype))  # raises now for a model without a density
+    # Raises now for a model without a density.
+    total_mass = jnp.sum(ic.state.masses * ic.weights)
+    model, _ = prepared_density(ic.model, total_mass, jnp.zeros((), ic.state.positions.dtype))
     return jax.tree_util.Partial(density_at, model)
 
 
