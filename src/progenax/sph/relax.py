@@ -31,6 +31,7 @@ from .._types import Array, ArrayLike
 from ..diagnostics.energy import scale_to_virial_ratio
 from ..sampling import isotropic_directions, safe_norm
 from ..state import InitialConditions, ParticleState
+from ..validation import deferred_checks
 from .adaptive import adaptive_density as adaptive_density
 from .adaptive import loss_gradient_features as _loss_gradient_features  # noqa: F401 (tests/sph/test_pairs.py)
 from .adaptive import loss_gradient_pair as _loss_gradient_pair  # noqa: F401
@@ -50,10 +51,13 @@ VELOCITY_MODES = ("keep", "resample")
 
 
 # -- velocities ------------------------------------------------------------------------
+@deferred_checks
 def resample_velocities(key, ic, positions: Array) -> Array:
     """Velocities drawn from the model's isotropic distribution function at
     `positions` (`ic.model.sample_speeds`), scaled to the cluster's Q when it
-    was built with one; in the units of `ic` (physical)."""
+    was built with one; in the units of `ic` (physical). One program (eager,
+    a King model's profile solve and speed sampler dispatched operations one
+    by one: 5.8 s on a first call, 0.38 s on later ones, at 1e4 stars)."""
     n, dtype = positions.shape[0], positions.dtype
     masses = ic.state.masses
     total = jnp.sum(masses)
