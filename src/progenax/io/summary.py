@@ -157,7 +157,7 @@ def _gas_line(gas) -> str:
 
 def _format_ratio(q: float, decimals: int = 4) -> str:
     """A virial ratio with `decimals` decimals, or 3 significant figures below
-    0.01 (a gravoturbulent cloud of 1e6 stars with its own velocities has Q ~
+    0.01 (a gravoturbulent cluster of 1e6 stars with its own velocities has Q ~
     1e-4, which fixed point would print as zero)."""
     if q == 0 or abs(q) >= 0.01:
         return f"{q:.{decimals}f}"

@@ -36,8 +36,8 @@ def model_density(ic) -> Callable[[Array], Array]:
     """
     if ic.units.name != "physical":
         raise ValueError("model_density needs an InitialConditions in physical units (ic.to_physical())")
-    # Raises now for a model without a density.
     total_mass = jnp.sum(ic.state.masses * ic.weights)
+    # raises now (NoAnalyticFormError) for a model without a density
     model, _ = prepared_density(ic.model, total_mass, jnp.zeros((), ic.state.positions.dtype))
     return jax.tree_util.Partial(density_at, model)
 
