@@ -68,6 +68,17 @@ def test_uniform_open_never_hits_ends_and_directions_are_unit():
     assert float(jnp.abs(d.mean(0)).max()) < 4 * np.sqrt(1 / 3 / 10_000)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_stored_directions_are_the_fused_ones_bit_for_bit(dtype):
+    # `stored=True` only keeps cos(phi) and sin(phi) in memory: the same bits,
+    # jitted as the builders run it, for n not a multiple of the store's width.
+    key = jax.random.PRNGKey(3)
+    directions = jax.jit(isotropic_directions, static_argnums=(1, 2), static_argnames="stored")
+    fused, stored = directions(key, 1001, dtype, stored=False), directions(key, 1001, dtype, stored=True)
+    assert stored.dtype == dtype and stored.shape == (1001, 3)
+    np.testing.assert_array_equal(np.asarray(stored), np.asarray(fused))
+
+
 @pytest.mark.parametrize("name", ["plummer_builder"])
 def test_builders_contain_no_while_loop(name):
     import progenax

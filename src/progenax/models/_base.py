@@ -260,13 +260,13 @@ class AbstractClusterModel(eqx.Module):
         """
         k_r, k_rdir, k_v, k_vdir = keys
         radii = self.sample_radii(k_r, n, dtype)
-        directions = isotropic_directions(k_rdir, n, dtype)
+        directions = isotropic_directions(k_rdir, n, dtype, stored=True)
         positions = radii[:, None] * directions
         ra = self.anisotropy_radius
         if ra is not None:
             return positions, sample_osipkov_merritt(self, ra, (k_v, k_vdir), radii, directions)
         speeds = self.sample_speeds(k_v, radii)
-        return positions, speeds[:, None] * isotropic_directions(k_vdir, n, dtype)
+        return positions, speeds[:, None] * isotropic_directions(k_vdir, n, dtype, stored=True)
 
 
 class RecordedModel(AbstractClusterModel):
