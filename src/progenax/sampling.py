@@ -355,13 +355,14 @@ def isotropic_directions(key: Array, n: int, dtype=None, *, stored: bool = False
     XLA fuses $\cos\phi$ and $\sin\phi$ into every consumer of the directions:
     a builder's positions feed the centre of mass, the radii and the output, so
     the trigonometry runs in each. `stored=True` computes them once and keeps
-    them in memory (`progenax._fusion.materialize`), with the same bits. It
-    pays where the directions are among a build's main costs: a Plummer build
-    of 1e6 stars (2 cores, float64) took 277 ms against 316 ms (XLA's
-    defaults) and 280 ms against 299 ms (the builders' run-once options). Where
-    they are not, the stores cost more than they save: the King builder at
-    1e5 stars, whose time goes mostly to its serial profile solve, took 39.5 ms
-    with them against 30.0 ms.
+    them in memory (`progenax._fusion.materialize`): the same bits here
+    (tests/test_sampling.py, and every builder's output hashes). It pays where
+    the directions are among a build's main costs: a Plummer build of 1e6
+    stars (2 cores, float64, best of 9 interleaved calls) took 277 ms against
+    316 ms (XLA's defaults) and 280 ms against 299 ms (the builders' run-once
+    options). Where they are not, the stores cost more than they save: the
+    King builder at 1e5 stars, whose time goes mostly to its serial profile
+    solve, took 39.5 ms with them against 30.0 ms (XLA's defaults).
     """
     dtype = dtype or jnp.result_type(float)
     # The two uniforms (one per key split from `key`) in one draw: one counter
