@@ -75,25 +75,26 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     if stored is not None and stored.get("digest") == digest and all(name in stored for name in wanted):
         return dict(stored)
     s = ic.state
-    centre = jnp.asarray(density_centre(s.positions, ic.weights))
-    G = jnp.asarray(ic.units.G, s.positions.dtype)
-    measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, G, method=ic.energy_method)
+    centre = np.asarray(density_centre(s.positions, ic.weights), s.positions.dtype)
+    measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, ic.units, method=ic.energy_method)
     figures = {name: float(value) for name, value in measured.items() if name != "weighted"}
     figures["weighted"] = bool(measured["weighted"])
     return {**figures, **_binary_figures(ic), "digest": digest}
 
 
-def _measures_compile_fast(positions, velocities, masses, weights, centre, G, method) -> bool:
+def _measures_compile_fast(positions, velocities, masses, weights, centre, units, method) -> bool:
     """Whether `_measures` takes the run-once options: not when its Q sums the
     nested-mesh W of many stars (`progenax._compile`)."""
     return method == "spherical" or mesh_compiles_fast(positions.shape[0])
 
 
 @functools.partial(run_once_jit, static_argnames=("method",), fast_compile=_measures_compile_fast)
-def _measures(positions, velocities, masses, weights, centre, G, method):
+def _measures(positions, velocities, masses, weights, centre, units, method):
     """`summary_figures`' sums, half-mass radius and Q in one program (eager,
-    each operation would be a small program of its own to trace and look up)."""
+    each operation would be a small program of its own to trace and look up;
+    G too, from `units`)."""
     m = masses * weights
+    G = jnp.asarray(units.G, positions.dtype)
     return {
         "n_eff": jnp.sum(weights),
         "weighted": jnp.any(weights != 1),

@@ -1,0 +1,42 @@
+"""`Units.G`: on the host for concrete units, traced (and differentiable) otherwise."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from progenax.units import G_PHYSICAL, Units, henon_units, physical_units
+
+
+def _jitted_G(units: Units):
+    """G by the same formula, as XLA computes it inside a program."""
+    formula = jax.jit(lambda mass, length, velocity: G_PHYSICAL * mass / (length * velocity**2))
+    return formula(units.mass_msun, units.length_pc, units.velocity_kms)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_concrete_G_is_xla_s_value_and_compiles_nothing(dtype):
+    systems = [
+        physical_units(),
+        henon_units(1e4, 1.3),
+        Units("henon", jnp.asarray(0.77, dtype), jnp.asarray(5.9e4, dtype), jnp.asarray(18.3, dtype)),
+    ]
+    for units in systems:
+        assert np.asarray(units.G).dtype == np.asarray(units.mass_msun).dtype
+        np.testing.assert_array_equal(np.asarray(units.G), np.asarray(_jitted_G(units)))
+        # jnp arithmetic would be staged as equations (eagerly: one-op programs,
+        # each compiled on its first use); on the host G is a constant.
+        assert not jax.make_jaxpr(lambda units=units: units.G)().eqns
+
+
+def test_traced_units_give_a_traced_differentiable_G():
+    def G_of(mass, length, velocity):
+        return Units("henon", length, mass, velocity).G
+
+    mass, length, velocity = 5.9e4, 0.77, 18.3
+    grads = jax.grad(G_of, argnums=(0, 1, 2))(mass, length, velocity)
+    G = G_PHYSICAL * mass / (length * velocity**2)
+    np.testing.assert_allclose(grads, (G / mass, -G / length, -2.0 * G / velocity), rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(G_of)(mass, length, velocity), G, rtol=1e-15)
