@@ -55,9 +55,9 @@ class Units(eqx.Module):
 
         Of concrete units it is computed on the host (NumPy, the same bits), so
         that writing or printing a cluster compiles nothing: as eager jnp
-        operations it compiled three one-op programs, about 0.08 s of every
-        command-line run. Traced units (inside `jit` or a gradient) give a
-        traced G."""
+        operations it compiled three one-op programs, about 0.08 s of a
+        command-line run with an empty compilation cache. Traced units (inside
+        `jit` or a gradient) give a traced G."""
         fields = (self.mass_msun, self.length_pc, self.velocity_kms)
         xp = jnp if any(isinstance(f, jax.core.Tracer) for f in fields) else np
         mass, length, velocity = (xp.asarray(f) for f in fields)
