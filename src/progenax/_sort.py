@@ -49,6 +49,22 @@ def radial_order(values: Array) -> Array:
     return jnp.sort(key) & ((1 << index_bits) - 1)
 
 
+def sort_by_radius(r2: Array, masses: Array) -> tuple[Array, Array]:
+    """The squared radii `r2` (non-negative) in ascending order (`radial_order`)
+    and the `masses` in the same order, in the wider of their dtypes.
+
+    One gather of (r2, m) rows: gathered apart, XLA repeats the masses' gather
+    in each of its consumers (n = 1e6: 127 ms -> 82 ms, same bits). The
+    half-mass radius and the shell-theorem W of one cluster about one centre
+    both call this on the same arrays, so in one program (the command line's
+    summary) XLA's common-subexpression pass sorts once for both.
+    """
+    order = radial_order(r2)
+    dtype = jnp.result_type(r2, masses)
+    r2_sorted, m_sorted = jnp.stack([r2.astype(dtype), masses.astype(dtype)], axis=-1)[order].T
+    return r2_sorted, m_sorted
+
+
 _FIELD_BITS = 8
 _BLOCK = 2**_FIELD_BITS - 1
 """`small_key_order` counts each key in an 8-bit field of a packed word, over
@@ -108,4 +124,4 @@ def largest_passing(accept, width: int, like: Array) -> Array:
     return jax.lax.fori_loop(0, width, bit, jnp.zeros_like(like))
 
 
-__all__ = ["largest_passing", "radial_order", "small_key_order"]
+__all__ = ["largest_passing", "radial_order", "small_key_order", "sort_by_radius"]
