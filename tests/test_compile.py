@@ -160,3 +160,35 @@ def test_the_cores_that_sum_the_mesh_w_of_many_stars_run_with_xla_defaults(monke
     monkeypatch.setattr(_compile, "mesh_compiles_fast", lambda n: asked.append(n) or True)
     assert progenax.fractal_builder(key, n=64, Q=0.5).n == 64
     assert asked == [64]
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_an_int_seed_gives_the_key_prngkey_gives(x64):
+    from progenax.builders._common import as_key
+
+    seeds = [0, 1, 12345, 2**31 - 1, np.int64(7), np.uint32(99)] + ([2**31, 2**32 + 5, -3] if x64 else [-3])
+    with jax.enable_x64(x64):
+        for seed in seeds:
+            got, want = as_key(seed), jax.random.PRNGKey(int(seed))
+            assert got.dtype == want.dtype and got.shape == want.shape and got.weak_type == want.weak_type
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_a_fresh_process_compiles_nothing_for_a_seed_or_a_float_parameter(tmp_path):
+    # An int seed's key and a Python float's range check are made on the host:
+    # `jax.random.PRNGKey` and `jnp.asarray(1.0, dtype=...)` each compile a
+    # one-op program on their first call in a process (tens of ms of a cold build).
+    import subprocess
+    import sys
+
+    script = (
+        "import logging, jax\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "jax.config.update('jax_log_compiles', True)\n"
+        "from progenax.builders._common import as_key, check_common_arguments\n"
+        "as_key(5); check_common_arguments(100, 'physical', 'kroupa', 1.0, 2, 0.5)\n"
+        "from progenax.validation import as_float, check_range\n"
+        "as_float(3); check_range('x', 2.5, lower=0.0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "Compiling" not in result.stderr, result.stderr

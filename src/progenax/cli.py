@@ -612,7 +612,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    ic = plummer_builder(jax.random.PRNGKey(args.seed), n=args.n, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa")
+    ic = plummer_builder(args.seed, n=args.n, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa")
     figures = pio.summary_figures(ic)
     cluster = pio.write(ic, out / "cluster.h5", summary=figures)
     figure = quicklook(ic, out / "quicklook.png")

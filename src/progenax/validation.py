@@ -118,6 +118,18 @@ def check_finite(name: str, value: ArrayLike) -> None:
         )
 
 
+def as_float(value: ArrayLike) -> Array:
+    """`value` as an array of JAX's default float dtype. A Python or NumPy
+    number (or NumPy array) is converted on the host and copied to the device:
+    `jnp.asarray` of one compiles a one-op program (a conversion, or JAX's
+    `stage`) on its first call in a process for each shape and dtype, 10-40
+    ms of a cold build on the project's machine."""
+    dtype = jnp.result_type(float)
+    if isinstance(value, (int, float, np.generic, np.ndarray)):
+        return jax.device_put(np.asarray(value, dtype=dtype))
+    return jnp.asarray(value, dtype=dtype)
+
+
 def check_range(
     name: str,
     value: ArrayLike,
@@ -133,7 +145,7 @@ def check_range(
     Returns the value as a float array; under jit the check runs at execution.
     `note` is appended to the message (e.g. what None means for an optional one).
     """
-    x = jnp.asarray(value, dtype=jnp.result_type(float))
+    x = as_float(value)
     bad, message = _range_violation(name, x, lower, upper, lower_inclusive, upper_inclusive)
     # Test `bad`, not `x`: under eager grad `x` is a tracer while `bad` is concrete.
     if _is_concrete(bad):
@@ -214,7 +226,7 @@ class ParameterChecks:
         through it, so that a `jit(grad)` with respect to it, which keeps no
         forward value of the build, still runs the checks.
         """
-        x = jnp.asarray(value, dtype=jnp.result_type(float))
+        x = as_float(value)
         bad, message = _range_violation(name, x, **bounds)
         if _is_concrete(bad):
             return check_range(name, x, note=note, **bounds)

@@ -29,11 +29,21 @@ IMF_CHOICES = ("kroupa", "salpeter", "equal")
 
 
 def as_key(key: Key | int) -> Key:
-    """A `jax.random` key from a key or an int seed (a Python or NumPy integer)."""
+    """A `jax.random` key from a key or an int seed (a Python or NumPy integer).
+
+    A seed in [0, 2^31) under JAX's default threefry generator gives the raw
+    key `jax.random.PRNGKey(seed)` gives, `[0, seed]` as uint32, made on the
+    host and copied to the device: `PRNGKey` compiles two one-op programs on
+    its first call in a process (about 50 ms of a cold build on the project's
+    machine). Other seeds and generators go through `PRNGKey`.
+    """
     if isinstance(key, bool):
         raise ValueError(f"key must be a jax.random key or an int seed, got {key!r}")
     if isinstance(key, (int, np.integer)):
-        return jax.random.PRNGKey(int(key))
+        seed = int(key)
+        if 0 <= seed < 2**31 and jax.config.jax_default_prng_impl == "threefry2x32":
+            return jax.device_put(np.array([0, seed], dtype=np.uint32))
+        return jax.random.PRNGKey(seed)
     return key
 
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import h5py
-import jax
 import numpy as np
 
 from ..binaries import PAIRINGS, BinaryPopulation
 from ..binaries.distributions import ECCENTRICITIES, MASS_RATIOS, PERIODS
 from ..builders import fractal_builder, king_builder, limepy_builder, model_builder
+from ..builders._common import as_key
 from ..builders.fractal import PROFILES
 from ..gravoturb import cloud_builder, star_builder
 from ..gravoturb.builders import IMF_ALPHA, PDF_SLOPE, THRESHOLD_MODES
@@ -301,14 +301,14 @@ def build_from_recipe(recipe: Mapping[str, Any]):
     builder, kwargs = _builder_call(recipe)
     seed = recipe.get("seed", 0)
     if recipe["model"] == "cloud":
-        return builder(jax.random.PRNGKey(seed), **kwargs), {"n": kwargs["n"], "seed": seed, **recipe}
+        return builder(as_key(seed), **kwargs), {"n": kwargs["n"], "seed": seed, **recipe}
     units = recipe.get("units", "physical")
     if units not in UNITS:
         raise ValueError(f"units must be one of {UNITS}, got {units!r}")
     tidal = any(k in recipe for k in ("host_mass", "V_c", "r_t_tidal"))
     if recipe["model"] == "fractal" and recipe.get("profile", "plummer") not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {recipe['profile']!r}")
-    ic = builder(jax.random.PRNGKey(seed), units="physical" if tidal else units, **kwargs)
+    ic = builder(as_key(seed), units="physical" if tidal else units, **kwargs)
     if tidal:
         r_t = _tidal_radius(recipe, ic.state.masses.sum())
         ic = apply_tidal_truncation(ic, r_t, recipe.get("kappa", 10.0), recipe.get("tidal_mode", "sigmoid"))
