@@ -14,6 +14,22 @@ from progenax import _compile
 def test_cpu_gets_the_fast_compile_options():
     assert jax.default_backend() == "cpu"
     assert _compile.compile_options() == _compile.FAST_COMPILE
+    assert _compile.compile_options(gradient=True) == _compile.GRADIENT_FAST_COMPILE
+    assert _compile.FAST_COMPILE.items() < _compile.GRADIENT_FAST_COMPILE.items()
+
+
+def test_an_eager_gradient_compiles_with_the_gradient_options(monkeypatch):
+    """The plain call takes `FAST_COMPILE`, an eager `grad`'s forward and
+    backward programs `GRADIENT_FAST_COMPILE` (the builders' outputs keep
+    their bits; a gradient's are not pinned)."""
+    asked, real = [], _compile.compile_options
+    monkeypatch.setattr(_compile, "compile_options", lambda *, gradient=False: asked.append(gradient) or real())
+    cube = _compile.run_once_jit(lambda x: x**3, filter=True)
+    assert float(cube(2.0)) == 8.0
+    assert asked == [False]
+    assert float(jax.grad(cube)(2.0)) == 12.0
+    # The eager-grad test asks for the plain options; the two programs, made once, for the gradient's.
+    assert asked == [False, False, True]
 
 
 def test_environment_switch_turns_the_options_off(monkeypatch):
@@ -130,7 +146,9 @@ def test_outputs_without_a_cotangent_stay_out_of_an_eager_gradient():
 def test_a_call_that_runs_long_compiles_with_xla_defaults(monkeypatch):
     """`fast_compile` false: no options, eagerly or under an eager `grad`. An
     option no XLA has makes the difference visible: passing it fails the compile."""
-    monkeypatch.setattr(_compile, "compile_options", lambda: {"xla_cpu_no_such_option_in_any_version": True})
+    monkeypatch.setattr(
+        _compile, "compile_options", lambda *, gradient=False: {"xla_cpu_no_such_option_in_any_version": True}
+    )
     scaled = _compile.run_once_jit(
         lambda x, n: x * n, filter=True, fast_compile=lambda x, n: _compile.mesh_compiles_fast(n)
     )

@@ -39,6 +39,17 @@ active is read from JAX's private trace state (`_eager_reverse_mode`); where
 it cannot be read, the plain path runs. Forward mode (`jax.jvp`,
 `jax.jacfwd`, `jax.hessian`), `vmap` and `jit` never take this path.
 
+These two programs also take LLVM's optimisation level 1
+(`GRADIENT_FAST_COMPILE`); they run as fast with it. First gradient, n = 1e4
+as above, alternated with level 3 in fresh processes, two rounds:
+gravoturbulent stars 3.70 / 3.69 -> 2.69 / 2.78 s, gas 5.29 / 5.26 -> 4.04 /
+3.85 s, King 5.35 / 4.93 -> 4.91 / 4.99 s; Plummer, EFF, LIMEPY, multi-mass
+King and the fractal within the machine's noise. The builders' own programs
+keep XLA's default level: at level 1 they compile 10-40% faster, but their
+outputs change in the last bits (the recorded output hashes of
+`tests/builders/test_output_hashes.py` fail) and they run 1-3% longer (the
+gravoturbulent stars' 33% at n = 1e5). A gradient's bits are not pinned.
+
 **Programs that run long.** The elemental emitters' kernels run slower in
 heavy loops: the nested-mesh W of a clumpy cluster (`potential_energy(method=
 "mesh")`, whose short-range pair loop dominates) took 1.46x as long at n = 2e5
@@ -80,6 +91,10 @@ except ImportError:  # pragma: no cover
 FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
 """The XLA debug options of `compile_options()` (see the module notes)."""
 
+GRADIENT_FAST_COMPILE = {**FAST_COMPILE, "xla_backend_optimization_level": 1}
+"""The options of an eager gradient's two programs: also LLVM at level 1
+(module notes, **Eager reverse mode**)."""
+
 
 @functools.cache
 def _accepted(options: tuple) -> bool:
@@ -109,12 +124,13 @@ def mesh_core_compiles_fast(key, n: int, *args, **kwargs) -> bool:
     return mesh_compiles_fast(n)
 
 
-def compile_options() -> dict | None:
-    """`FAST_COMPILE` when compiling for the CPU with an XLA that has it, else
-    None (also when `PROGENAX_XLA_DEFAULTS=1`)."""
+def compile_options(*, gradient: bool = False) -> dict | None:
+    """`FAST_COMPILE` (`GRADIENT_FAST_COMPILE` with `gradient=True`) when
+    compiling for the CPU with an XLA that has them, else None (also when
+    `PROGENAX_XLA_DEFAULTS=1`)."""
     if os.environ.get("PROGENAX_XLA_DEFAULTS") == "1" or jax.default_backend() != "cpu":
         return None
-    options = tuple(sorted(FAST_COMPILE.items()))
+    options = tuple(sorted((GRADIENT_FAST_COMPILE if gradient else FAST_COMPILE).items()))
     return dict(options) if _accepted(options) else None
 
 
@@ -177,7 +193,7 @@ def run_once_jit(
 
     @functools.cache
     def programs(top_level: bool) -> tuple[Callable, Callable]:
-        options = compile_options() if top_level else None
+        options = compile_options(gradient=True) if top_level else None
 
         def forward(diff, rest):
             """fn's array outputs, its other outputs (static) and its linearisation in
