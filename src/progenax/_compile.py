@@ -39,12 +39,16 @@ active is read from JAX's private trace state (`_eager_reverse_mode`); where
 it cannot be read, the plain path runs. Forward mode (`jax.jvp`,
 `jax.jacfwd`, `jax.hessian`), `vmap` and `jit` never take this path.
 
-These two programs also take LLVM's optimisation level 1
-(`GRADIENT_FAST_COMPILE`); they run as fast with it. First gradient, n = 1e4
-as above, alternated with level 3 in fresh processes, two rounds:
+**Level 1.** Programs whose outputs are not kept bit for bit (these two,
+and the command line's summary: `run_once_jit(..., pinned=False)`) also take
+LLVM's optimisation level 1 (`UNPINNED_FAST_COMPILE`), and run as fast with
+it. First gradient, n = 1e4 as above, alternated with XLA's default level in
+fresh processes, two rounds:
 gravoturbulent stars 3.70 / 3.69 -> 2.69 / 2.78 s, gas 5.29 / 5.26 -> 4.04 /
 3.85 s, King 5.35 / 4.93 -> 4.91 / 4.99 s; Plummer, EFF, LIMEPY, multi-mass
-King and the fractal within the machine's noise. The builders' own programs
+King and the fractal within the machine's noise. The summary of a King
+cluster (`io.summary._measures`, in-process, first compile): 0.38 -> 0.26 s
+at n = 1e5, 0.31 -> 0.22 s at 1e6, the same figures. The builders' own programs
 keep XLA's default level: at level 1 they compile 10-40% faster, but their
 outputs change in the last bits (the recorded output hashes of
 `tests/builders/test_output_hashes.py` fail) and they run 1-3% longer (the
@@ -91,9 +95,10 @@ except ImportError:  # pragma: no cover
 FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
 """The XLA debug options of `compile_options()` (see the module notes)."""
 
-GRADIENT_FAST_COMPILE = {**FAST_COMPILE, "xla_backend_optimization_level": 1}
-"""The options of an eager gradient's two programs: also LLVM at level 1
-(module notes, **Eager reverse mode**)."""
+UNPINNED_FAST_COMPILE = {**FAST_COMPILE, "xla_backend_optimization_level": 1}
+"""The options of the run-once programs whose outputs are not kept bit for bit
+(an eager gradient's two programs, the command line's summary): also LLVM at
+level 1 (module notes, **Level 1**)."""
 
 
 @functools.cache
@@ -124,13 +129,14 @@ def mesh_core_compiles_fast(key, n: int, *args, **kwargs) -> bool:
     return mesh_compiles_fast(n)
 
 
-def compile_options(*, gradient: bool = False) -> dict | None:
-    """`FAST_COMPILE` (`GRADIENT_FAST_COMPILE` with `gradient=True`) when
-    compiling for the CPU with an XLA that has them, else None (also when
+def compile_options(*, pinned: bool = True) -> dict | None:
+    """`FAST_COMPILE` for a program whose outputs are kept bit for bit (a
+    builder's), `UNPINNED_FAST_COMPILE` with `pinned=False`, when compiling for
+    the CPU with an XLA that has them; else None (also when
     `PROGENAX_XLA_DEFAULTS=1`)."""
     if os.environ.get("PROGENAX_XLA_DEFAULTS") == "1" or jax.default_backend() != "cpu":
         return None
-    options = tuple(sorted((GRADIENT_FAST_COMPILE if gradient else FAST_COMPILE).items()))
+    options = tuple(sorted((FAST_COMPILE if pinned else UNPINNED_FAST_COMPILE).items()))
     return dict(options) if _accepted(options) else None
 
 
@@ -168,7 +174,12 @@ def _is_float_tracer(x) -> bool:
 
 
 def run_once_jit(
-    fn: Callable, *, filter: bool = False, fast_compile: Callable[..., bool] | None = None, **jit_kwargs
+    fn: Callable,
+    *,
+    filter: bool = False,
+    fast_compile: Callable[..., bool] | None = None,
+    pinned: bool = True,
+    **jit_kwargs,
 ) -> Callable:
     """`jax.jit(fn, **jit_kwargs)` (`equinox.filter_jit` with `filter=True`)
     that compiles with `compile_options()` when called at the top level
@@ -177,6 +188,8 @@ def run_once_jit(
     the backend. `fast_compile(*args, **kwargs)`, if given, says whether a
     call's program takes the options at all: False for one that runs long
     (module notes), which then compiles with XLA's defaults everywhere.
+    `pinned=False`: `fn`'s outputs are not kept bit for bit, and it takes
+    `UNPINNED_FAST_COMPILE` (an eager gradient's programs always do).
 
     With `filter=True`, an eager `jax.grad` or `jax.vjp` of a caller
     (`_eager_reverse_mode`) gets the options too: `fn` is then a
@@ -188,12 +201,12 @@ def run_once_jit(
 
     @functools.cache
     def jitted(top_level: bool) -> Callable:
-        options = compile_options() if top_level else None
+        options = compile_options(pinned=pinned) if top_level else None
         return (eqx.filter_jit if filter else jax.jit)(fn, compiler_options=options, **jit_kwargs)
 
     @functools.cache
     def programs(top_level: bool) -> tuple[Callable, Callable]:
-        options = compile_options(gradient=True) if top_level else None
+        options = compile_options(pinned=False) if top_level else None
 
         def forward(diff, rest):
             """fn's array outputs, its other outputs (static) and its linearisation in
@@ -267,4 +280,5 @@ def run_once_jit(
             return reverse(args, kwargs)
         return jitted(at_top_level())(*args, **kwargs)
 
+    call.pinned = pinned
     return call

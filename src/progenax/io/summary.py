@@ -88,7 +88,7 @@ def _measures_compile_fast(positions, velocities, masses, weights, centre, units
     return method == "spherical" or mesh_compiles_fast(positions.shape[0])
 
 
-@functools.partial(run_once_jit, static_argnames=("method",), fast_compile=_measures_compile_fast)
+@functools.partial(run_once_jit, static_argnames=("method",), fast_compile=_measures_compile_fast, pinned=False)
 def _measures(positions, velocities, masses, weights, centre, units, method):
     """`summary_figures`' sums, half-mass radius and Q in one program (eager,
     each operation would be a small program of its own to trace and look up;
