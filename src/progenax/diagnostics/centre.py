@@ -47,14 +47,17 @@ class _DistanceOrder:
     """
 
     def __init__(self, x: np.ndarray, w: np.ndarray, reference: np.ndarray, reach: float = np.inf):
-        distance = np.sqrt(((x - reference) ** 2).sum(axis=1))
+        offset = x - reference
+        distance = np.sqrt(np.einsum("ij,ij->i", offset, offset))
         near = np.flatnonzero(distance < reach)
         self.order = near[np.argsort(distance[near])]
         self.distance = distance[self.order]
         self.reference = reference
-        wx = w[self.order, None] * x[self.order]
+        w_sorted = w[self.order]
+        # np.take, not x[order]: 4x faster for the rows of an (N, 3) array (20 against 76 ms at 1e6).
+        wx = w_sorted[:, None] * np.take(x, self.order, axis=0)
         zero = np.zeros((1, x.shape[1]))
-        self.weight_sum = np.concatenate([[0.0], np.cumsum(w[self.order])])
+        self.weight_sum = np.concatenate([[0.0], np.cumsum(w_sorted)])
         self.weighted_sum = np.concatenate([zero, np.cumsum(wx, axis=0)])
 
     def inside(self, x: np.ndarray, w: np.ndarray, centre: np.ndarray, radius: float):
@@ -77,7 +80,7 @@ def density_centre(positions: ArrayLike, weights: ArrayLike | None = None) -> np
     behind may re-enter it once the centre moves), as a plain loop would; the
     distance order (`_DistanceOrder`) only spares the work of testing stars far
     from the sphere's surface. N = 1e6 takes 0.24 s for a Plummer sphere and
-    1.7 s for a D = 1.6 fractal, whose centre drifts from clump to clump (25
+    1.25 s for a D = 1.6 fractal, whose centre drifts from clump to clump (25
     sorts; 2 cores).
     """
     x = np.asarray(positions, dtype=np.float64)
