@@ -40,3 +40,20 @@ def test_traced_units_give_a_traced_differentiable_G():
     G = G_PHYSICAL * mass / (length * velocity**2)
     np.testing.assert_allclose(grads, (G / mass, -G / length, -2.0 * G / velocity), rtol=1e-12)
     np.testing.assert_allclose(jax.jit(G_of)(mass, length, velocity), G, rtol=1e-15)
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_henon_units_of_python_floats_are_the_traced_formula_s(x64):
+    # Python floats take a host path (no eager one-op programs): the same bits,
+    # dtype and weak type as the jnp formula gives for the same numbers.
+    rng = np.random.default_rng(1)
+    cases = [(1e4, 1.3), (123.456, 0.789)] + [
+        (float(10 ** rng.uniform(0, 7)), float(10 ** rng.uniform(-2, 2))) for _ in range(50)
+    ]
+    with jax.enable_x64(x64):
+        for mass, length in cases:
+            host, traced = henon_units(mass, length), henon_units(jnp.asarray(mass), jnp.asarray(length))
+            for name in ("length_pc", "mass_msun", "velocity_kms"):
+                a, b = getattr(host, name), getattr(traced, name)
+                assert a.dtype == b.dtype and a.weak_type == b.weak_type
+                assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (mass, length, name)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._types import Array, Masses, Positions, Scalar, Velocities, Weights
 from .diagnostics.energy import EXACT_MAX_N, potential_energy
@@ -62,7 +64,11 @@ class InitialConditions(eqx.Module):
 
     def __post_init__(self):
         if isinstance(self.model, str):  # a name: the model rebuilt from it and the params
-            total_mass = jnp.sum(self.state.masses) * self.units.mass_msun
+            masses, unit = self.state.masses, self.units.mass_msun
+            if isinstance(masses, jax.core.Tracer) or isinstance(unit, jax.core.Tracer):
+                total_mass = jnp.sum(masses) * unit
+            else:  # on the host: eagerly, the two jnp operations compile a program each per shape
+                total_mass = jax.device_put(np.sum(np.asarray(masses)) * np.asarray(unit))
             self.model = model_from_record(self.model, self.params, total_mass)
 
     @classmethod

@@ -71,7 +71,7 @@ class Units(eqx.Module):
 
 def physical_units() -> Units:
     """pc, Msun, km/s (G = 4.300917270e-3)."""
-    one = jnp.asarray(1.0)
+    one = jax.device_put(1.0)  # weakly typed, as jnp.asarray(1.0), which compiles a one-op program eagerly
     return Units("physical", one, one, one)
 
 
@@ -80,6 +80,13 @@ def henon_units(total_mass_msun: ArrayLike, virial_radius_pc: ArrayLike) -> Unit
 
     The velocity unit is $\sqrt{G M / r_v}$ km/s, so that $G = 1$ in these units.
     """
+    if all(isinstance(x, float) for x in (total_mass_msun, virial_radius_pc)):
+        # Python floats: computed on the host in the default float dtype, the
+        # same bits and weak types as below, which eagerly compiles three one-op programs.
+        real = jnp.result_type(float).type
+        m, r = real(total_mass_msun), real(virial_radius_pc)
+        v = np.sqrt(real(G_PHYSICAL) * m / r)
+        return Units("henon", *(jax.device_put(float(x)) for x in (r, m, v)))
     m = jnp.asarray(total_mass_msun)
     r = jnp.asarray(virial_radius_pc)
     v = jnp.sqrt(G_PHYSICAL * m / r)

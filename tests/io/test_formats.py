@@ -259,3 +259,28 @@ def test_default_format_is_still_the_native_schema(tmp_path):
     np.testing.assert_array_equal(np.asarray(back.state.positions), np.asarray(ic.state.positions))
     with pytest.raises(TypeError, match="options"):
         pio.write(ic, tmp_path / "c.csv", format="csv", particle_type=1)
+
+
+def test_reading_a_file_compiles_nothing(tmp_path):
+    # The readers hand their NumPy arrays to JAX with `jax.device_put`: in JAX 0.10
+    # `jnp.asarray` compiled a one-op program per new shape and dtype (7 of them,
+    # 0.15 s of `progenax info` on a native file).
+    import subprocess
+    import sys
+
+    ic = _make_ic()
+    paths = [
+        (pio.write(ic, tmp_path / "c.h5"), None),
+        (pio.write(ic, tmp_path / "c.csv", format="csv"), "csv"),
+        (pio.write(ic, tmp_path / "snap.hdf5", format="gadget"), "gadget"),
+        (pio.write(ic, tmp_path / "fort.10", format="nbody6"), "nbody6"),
+    ]
+    reads = "".join(f"pio.read({str(p)!r}, format={f!r})\n" for p, f in paths)
+    script = (
+        "import jax\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "jax.config.update('jax_log_compiles', True)\n"
+        "import progenax.io as pio\n" + reads
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "Compiling" not in result.stderr, result.stderr[-2000:]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from .._version import __version__
@@ -90,8 +90,8 @@ def read_csv(path: str | os.PathLike, *, model: str = "csv"):
         raise ValueError(f"{str(path)!r}: {table.shape[1]} columns of values for {len(header)} header names")
     col = {name: table[:, header.index(name)] for name in COLUMNS}
     state = ParticleState(
-        positions=jnp.asarray(np.column_stack([col["x_pc"], col["y_pc"], col["z_pc"]])),
-        velocities=jnp.asarray(np.column_stack([col["vx_kms"], col["vy_kms"], col["vz_kms"]])),
-        masses=jnp.asarray(col["mass_msun"]),
+        positions=jax.device_put(np.column_stack([col["x_pc"], col["y_pc"], col["z_pc"]])),
+        velocities=jax.device_put(np.column_stack([col["vx_kms"], col["vy_kms"], col["vz_kms"]])),
+        masses=jax.device_put(col["mass_msun"]),
     )
-    return InitialConditions.from_record(state, jnp.asarray(col["weight"]), model, {}, physical_units())
+    return InitialConditions.from_record(state, jax.device_put(col["weight"]), model, {}, physical_units())

@@ -81,7 +81,7 @@ import os
 from pathlib import Path
 
 import h5py
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from .._version import __version__
@@ -347,8 +347,8 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
         vel = vel * scale_v
     if scale_m != 1.0:
         mass = mass * scale_m
-    state = ParticleState(jnp.asarray(pos), jnp.asarray(vel), jnp.asarray(mass))
-    weights = jnp.ones(n, dtype=jnp.asarray(mass).dtype)
+    state = ParticleState(jax.device_put(pos), jax.device_put(vel), jax.device_put(mass))
+    weights = jax.device_put(np.ones(n, dtype=state.masses.dtype))
     if gas_arrays is not None:
         energy, h = gas_arrays
         if energy.shape != (n,) or h.shape != (n,):
@@ -360,6 +360,6 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
         if scale_l != 1.0:
             h = h * scale_l
         return GasCloud(
-            state, weights, jnp.asarray(energy), jnp.asarray(h), RecordedModel(model, {}), {}, physical_units()
+            state, weights, jax.device_put(energy), jax.device_put(h), RecordedModel(model, {}), {}, physical_units()
         )
     return InitialConditions.from_record(state, weights, model, {}, physical_units())

@@ -77,7 +77,7 @@ import json
 import os
 from pathlib import Path
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from .._version import __version__
@@ -246,18 +246,18 @@ def read_nbody6(
             f"the physical scales of {str(path)!r} are unknown: no sidecar {str(side)!r}; "
             "pass length_pc= and mass_msun= (the virial radius in pc and the total mass in Msun)"
         )
-    units = henon_units(jnp.asarray(float(mass_msun)), jnp.asarray(float(length_pc)))
+    units = henon_units(float(mass_msun), float(length_pc))
     if "velocity_kms" in meta and meta.get("length_pc") == length_pc and meta.get("mass_msun") == mass_msun:
         # Keep the velocity unit exactly as written (sqrt may differ in the last bit).
-        units = type(units)("henon", units.length_pc, units.mass_msun, jnp.asarray(float(meta["velocity_kms"])))
+        units = type(units)("henon", units.length_pc, units.mass_msun, jax.device_put(float(meta["velocity_kms"])))
     if model is None:
         model = str(meta.get("model", "nbody6"))
     state = ParticleState(
-        positions=jnp.asarray(table[:, 1:4]),
-        velocities=jnp.asarray(table[:, 4:7]),
-        masses=jnp.asarray(table[:, 0]),
+        positions=jax.device_put(table[:, 1:4]),
+        velocities=jax.device_put(table[:, 4:7]),
+        masses=jax.device_put(table[:, 0]),
     )
     n_binaries = int(meta.get("n_binaries", 0))
     pairs = np.arange(2 * n_binaries).reshape(-1, 2) if n_binaries else None
-    weights = jnp.ones(table.shape[0], dtype=state.masses.dtype)
+    weights = jax.device_put(np.ones(table.shape[0], dtype=state.masses.dtype))
     return InitialConditions.from_record(state, weights, model, {}, units, pairs)
