@@ -18,6 +18,14 @@ def test_cpu_gets_the_fast_compile_options():
     assert _compile.FAST_COMPILE.items() < _compile.UNPINNED_FAST_COMPILE.items()
 
 
+def test_one_probe_serves_both_option_sets():
+    # Each probe compiles a program in a cold process: XLA taking the larger set takes the smaller.
+    _compile._accepted.cache_clear()
+    assert _compile.compile_options() == _compile.FAST_COMPILE
+    assert _compile.compile_options(pinned=False) == _compile.UNPINNED_FAST_COMPILE
+    assert _compile._accepted.cache_info().currsize == 1
+
+
 def test_an_eager_gradient_compiles_with_the_unpinned_options(monkeypatch):
     """The plain call takes `FAST_COMPILE`, an eager `grad`'s forward and
     backward programs `UNPINNED_FAST_COMPILE` (the builders' outputs keep

@@ -31,7 +31,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from .diagnostics.centre import density_centre
@@ -90,7 +90,7 @@ def _analytic_density(ic, total_mass: float, r: np.ndarray):
     """rho at the radii `r` (Msun / pc^3) from `ic.model`, with a label, or
     (None, None) for a model without an analytic density."""
     try:
-        model, rho = prepared_density(ic.model, jnp.asarray(total_mass), jnp.asarray(r))
+        model, rho = prepared_density(ic.model, jax.device_put(total_mass), jax.device_put(r))
     except NoAnalyticFormError:
         return None, None
     return np.asarray(rho, dtype=np.float64), model_label(model)
@@ -222,7 +222,7 @@ def _panel_mass_function(ax, ic, c: dict[str, Any], imf) -> None:
         m_lo, m_hi = float(imf.m_min), float(imf.m_max)
         grid = np.geomspace(m_lo, m_hi, 300)
         # dN/dlog10 m = N m ln(10) xi(m), with xi normalised to one star.
-        curve = float(w.sum()) * grid * np.log(10.0) * np.asarray(_imf_curve(imf, jnp.asarray(grid)))
+        curve = float(w.sum()) * grid * np.log(10.0) * np.asarray(_imf_curve(imf, jax.device_put(grid)))
         ax.plot(grid, curve, color="C3", lw=1.5, label=label)
     ax.legend(fontsize=8, loc="lower left")
 
