@@ -57,3 +57,6 @@ def test_henon_units_of_python_floats_are_the_traced_formula_s(x64):
                 a, b = getattr(host, name), getattr(traced, name)
                 assert a.dtype == b.dtype and a.weak_type == b.weak_type
                 assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (mass, length, name)
+        # NumPy's float64 is a float subclass, but strongly typed: it keeps its type.
+        numpy_units = henon_units(np.float64(1e4), np.float64(1.3))
+        assert not numpy_units.velocity_kms.weak_type

@@ -80,9 +80,10 @@ def henon_units(total_mass_msun: ArrayLike, virial_radius_pc: ArrayLike) -> Unit
 
     The velocity unit is $\sqrt{G M / r_v}$ km/s, so that $G = 1$ in these units.
     """
-    if all(isinstance(x, float) for x in (total_mass_msun, virial_radius_pc)):
-        # Python floats: computed on the host in the default float dtype, the
-        # same bits and weak types as below, which eagerly compiles three one-op programs.
+    if all(type(x) is float for x in (total_mass_msun, virial_radius_pc)):
+        # Python floats (not NumPy's float64, a subclass that is not weakly typed): computed
+        # on the host in the default float dtype, the same bits and weak types as below,
+        # which eagerly compiles three one-op programs.
         real = jnp.result_type(float).type
         m, r = real(total_mass_msun), real(virial_radius_pc)
         v = np.sqrt(real(G_PHYSICAL) * m / r)
