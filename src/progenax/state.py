@@ -11,6 +11,7 @@ from ._types import Array, Masses, Positions, Scalar, Velocities, Weights
 from .diagnostics.energy import EXACT_MAX_N, potential_energy
 from .models import AbstractClusterModel, is_spherical, model_from_record
 from .units import Units, check_henon_count, henon_units, physical_units
+from .validation import array_module
 
 
 class ParticleState(eqx.Module):
@@ -65,10 +66,10 @@ class InitialConditions(eqx.Module):
     def __post_init__(self):
         if isinstance(self.model, str):  # a name: the model rebuilt from it and the params
             masses, unit = self.state.masses, self.units.mass_msun
-            if isinstance(masses, jax.core.Tracer) or isinstance(unit, jax.core.Tracer):
-                total_mass = jnp.sum(masses) * unit
-            else:  # on the host: eagerly, the two jnp operations compile a program each per shape
-                total_mass = jax.device_put(np.sum(np.asarray(masses)) * np.asarray(unit))
+            xp = array_module(masses, unit)
+            total_mass = xp.sum(xp.asarray(masses)) * xp.asarray(unit)
+            if xp is np:  # a device array, as the model's fields are (`jnp.asarray` of it would compile)
+                total_mass = jax.device_put(total_mass)
             self.model = model_from_record(self.model, self.params, total_mass)
 
     @classmethod

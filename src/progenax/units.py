@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._types import ArrayLike, Scalar
-from .validation import check_count
+from .validation import array_module, check_count
 
 G_PHYSICAL = 4.300917270e-3
 """Gravitational constant in pc Msun^-1 (km/s)^2."""
@@ -59,7 +59,7 @@ class Units(eqx.Module):
         command-line run with an empty compilation cache. Traced units (inside
         `jit` or a gradient) give a traced G."""
         fields = (self.mass_msun, self.length_pc, self.velocity_kms)
-        xp = jnp if any(isinstance(f, jax.core.Tracer) for f in fields) else np
+        xp = array_module(*fields)
         mass, length, velocity = (xp.asarray(f) for f in fields)
         return G_PHYSICAL * mass / (length * velocity**2)
 

@@ -79,6 +79,14 @@ def _primal(x):
     return x
 
 
+def array_module(*values):
+    """NumPy when none of `values` is traced, else `jax.numpy`: host arithmetic
+    on concrete arrays (each eager jnp operation compiles a one-op program on
+    its first use). Unlike `testable`, a differentiation tracer selects
+    `jax.numpy`, so derivatives are kept."""
+    return np if all(_is_concrete(v) for v in values) else jnp
+
+
 def testable(*values) -> tuple:
     """`(xp, values)`: the module to test a condition on parameters with, and
     the values to test. NumPy and the concrete values (a differentiation

@@ -500,14 +500,13 @@ def _build(path: Path, arrays, attrs, params):
         raise ValueError(f"{str(path)!r}: inconsistent array shapes {shapes}")
     # jax.device_put, not jnp.asarray: in JAX 0.10 the latter compiles a one-op
     # program for each new shape and dtype it is given (7 of them, 0.15 s of `info`).
-    to_device = jax.device_put
-    units = Units(units_name, *(to_device(np.asarray(attrs[name])) for name in _UNIT_SCALES))
+    units = Units(units_name, *(jax.device_put(np.asarray(attrs[name])) for name in _UNIT_SCALES))
     state = ParticleState(
-        positions=to_device(arrays["positions"]),
-        velocities=to_device(arrays["velocities"]),
-        masses=to_device(arrays["masses"]),
+        positions=jax.device_put(arrays["positions"]),
+        velocities=jax.device_put(arrays["velocities"]),
+        masses=jax.device_put(arrays["masses"]),
     )
-    weights = to_device(arrays["weights"])
+    weights = jax.device_put(arrays["weights"])
     model = _text(attrs["model"])
     params = {name: _param_value(value) for name, value in params.items()}
     gas = [name for name in _GAS_ARRAYS if name in arrays]
@@ -523,8 +522,8 @@ def _build(path: Path, arrays, attrs, params):
     return GasCloud(
         state,
         weights,
-        to_device(arrays["internal_energy"]),
-        to_device(arrays["smoothing_length"]),
+        jax.device_put(arrays["internal_energy"]),
+        jax.device_put(arrays["smoothing_length"]),
         RecordedModel(model, dict(params)),
         params,
         units,
