@@ -188,8 +188,9 @@ def test_the_cores_that_sum_the_mesh_w_of_many_stars_run_with_xla_defaults(monke
     assert stars(key, limit + 1, 10.0, 0.2, 2.3, None, None, "physical")  # no W without Q ...
     assert not stars(key, limit + 1, 10.0, 0.2, 2.3, None, None, "henon")  # ... unless for the Henon unit
     many = jnp.zeros((limit + 1, 3))
-    assert not summary._measures_compile_fast(many, None, None, None, None, 1.0, "auto")
-    assert summary._measures_compile_fast(many, None, None, None, None, 1.0, "spherical")
+    assert not summary._measures_compile_fast(many, None, None, None, None, 1.0, None, "mesh")
+    assert summary._measures_compile_fast(many, None, None, None, None, 1.0, None, "spherical")
+    assert summary._measures_compile_fast(many, None, None, None, None, 1.0, jnp.asarray(-1.0), "mesh")  # W known
     # The builders' cores ask: each call passes its n to the predicate.
     asked = []
     monkeypatch.setattr(_compile, "mesh_compiles_fast", lambda n: asked.append(n) or True)

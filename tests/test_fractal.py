@@ -158,6 +158,40 @@ def test_henon_units_take_the_mesh_w_of_the_scaling(monkeypatch):
     np.testing.assert_allclose(float(henon.units.length_pc), float(r_v), rtol=1e-12)
 
 
+def test_the_summary_recalls_the_mesh_w_of_the_scaling(monkeypatch):
+    # The builder records the mesh W it scaled with against the arrays it
+    # returns (in their units), and the command line's summary takes it instead
+    # of summing that W again: a 1e6-star fractal spent half its 68 s doing so.
+    # Thresholds lowered as above (the same build: its compile serves).
+    import progenax.builders._common
+    import progenax.diagnostics.energy
+    from progenax import io as pio
+    from progenax.diagnostics import potential_energy
+    from progenax.diagnostics.known_energy import recall_potential_energy
+
+    monkeypatch.setattr(progenax.builders._common, "EXACT_MAX_N", 1000)
+    monkeypatch.setattr(progenax.diagnostics.energy, "EXACT_MAX_N", 1000)
+    key = jax.random.PRNGKey(4)
+    for units in ("physical", "henon"):
+        ic = fractal_builder(key, n=2000, D=1.6, Q=0.5, units=units)
+        s = ic.state
+        recalled = recall_potential_energy(s.positions, s.masses, ic.weights, "mesh")
+        w = potential_energy(s.positions, s.masses, G=ic.units.G, method="mesh")
+        # Measured before the move to the centre of mass: the same W to round-off.
+        np.testing.assert_allclose(float(recalled), float(w), rtol=1e-13)
+        assert recall_potential_energy(s.positions, s.masses, ic.weights, "spherical") is None
+
+    def no_second_w(*args, **kwargs):
+        raise AssertionError("the summary summed W again")
+
+    monkeypatch.setattr(progenax.diagnostics.energy, "potential_energy", no_second_w)
+    figures = pio.summary_figures(ic)
+    assert abs(figures["Q"] - 0.5) < 1e-12  # T / |W| with the very W the velocities were scaled by
+    copied = jax.tree.map(jnp.copy, ic)  # the same values in new arrays: nothing recorded for them
+    with pytest.raises(AssertionError, match="summed W again"):
+        pio.summary_figures(copied)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [30_000])
 def test_virial_ratio_above_exact_max_n(n):

@@ -17,6 +17,7 @@ import numpy as np
 from .._types import Array, Key
 from ..binaries import Binaries, BinaryPopulation
 from ..diagnostics.energy import EXACT_MAX_N, kinetic_energy, potential_energy, virial_velocity_factor
+from ..diagnostics.known_energy import record_potential_energy
 from ..imf import IMF, PowerLawIMF, kroupa, salpeter
 from ..models import AbstractClusterModel
 from ..state import InitialConditions, ParticleState
@@ -161,8 +162,13 @@ def finish_cluster(
     large_n_energy: str = "spherical",
     companions: Binaries | None = None,
     binaries: BinaryPopulation | None = None,
-) -> InitialConditions:
+) -> tuple[InitialConditions, Array | None]:
     """Move to the centre-of-mass frame, scale to Q (unless None), set units.
+
+    Returns `(ic, w)`: the cluster, and the nested mesh's W it was scaled with
+    in `ic`'s units, or None (no mesh W, or binaries: then W was the systems',
+    not the stars'). A builder passes both to `recorded` once its checks are
+    attached.
 
     `model` is what the cluster was drawn from (`InitialConditions.model`).
     With `companions` (`progenax.builders._binaries.draw_companions` of the
@@ -201,7 +207,20 @@ def finish_cluster(
     ic = InitialConditions(state, jnp.ones_like(masses), model, params, physical_units())
     if companions is not None:
         ic = with_companions(ic, companions, binaries)
-    return finish_units(ic, units, w if method == "mesh" else None)
+    mesh_w = w if method == "mesh" else None
+    ic = finish_units(ic, units, mesh_w)
+    if mesh_w is None or companions is not None:
+        return ic, None
+    return ic, mesh_w / (ic.units.mass_msun * ic.units.velocity_kms**2)
+
+
+def recorded(ic: InitialConditions, w: Array | None) -> InitialConditions:
+    """`ic`, with `w` (the mesh W of `finish_cluster`, None for none) recorded
+    against its arrays (`progenax.diagnostics.known_energy`): the command
+    line's summary then recalls it instead of summing that W again."""
+    if w is not None:
+        record_potential_energy(ic.state.positions, ic.state.masses, ic.weights, "mesh", w)
+    return ic
 
 
 def finish_units(ic: InitialConditions, units: str, w: Array | None = None) -> InitialConditions:

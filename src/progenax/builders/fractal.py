@@ -30,6 +30,7 @@ from ._common import (
     check_common_arguments,
     finish_cluster,
     imf_params,
+    recorded,
     resolve_imf,
     sample_masses,
 )
@@ -207,4 +208,5 @@ def fractal_builder(
                 _fractal_sharded(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, profile, mesh)
             )
     out = _fractal(as_key(key), c.n, D, c.r_h, c.alpha, c.Q, c.imf, c.units, S, T, check_binaries(binaries), profile)
-    return drop_absent_companions(c.checks.attach(out))
+    ic, w = c.checks.attach(out)
+    return recorded(drop_absent_companions(ic), w)

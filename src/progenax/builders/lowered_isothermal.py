@@ -106,7 +106,7 @@ def _lowered_isothermal_multimass(
     velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     described = RecordedModel(model.NAME, dict(params), jnp.sum(masses))
     companions = draw_companions(key, masses, binaries, dist)
-    return finish_cluster(
+    cluster, _ = finish_cluster(  # no mesh W: the spherical estimate scales Q
         described,
         positions,
         velocities,
@@ -118,6 +118,7 @@ def _lowered_isothermal_multimass(
         companions=companions,
         binaries=binaries,
     )
+    return cluster
 
 
 def _build(

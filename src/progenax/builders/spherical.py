@@ -82,7 +82,7 @@ def build_spherical(
     positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
     velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
-    return finish_cluster(
+    cluster, _ = finish_cluster(  # no mesh W: the spherical estimate scales Q
         model,
         positions,
         velocities,
@@ -94,6 +94,7 @@ def build_spherical(
         companions=companions,
         binaries=binaries,
     )
+    return cluster
 
 
 def build_on_mesh(key, common, model_cls, values, segregation, binaries, rotation, rotation_scale, mesh):

@@ -184,6 +184,17 @@ def shell_sum(r2: Array, masses: Array, inside: Array) -> Scalar:
     return -jnp.sum(jnp.where(positive, masses * inside / r_safe, 0.0))
 
 
+def resolved_method(method: str, n: int) -> str:
+    """The `potential_energy` method that sums W of n stars: "auto" is "exact"
+    up to `EXACT_MAX_N` stars and "mesh" above; any other method is itself
+    (`ValueError` for a method not in `METHODS`)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "auto":
+        return "exact" if n <= EXACT_MAX_N else "mesh"
+    return method
+
+
 def potential_energy(
     positions: Positions,
     masses: Masses,
@@ -210,11 +221,8 @@ def potential_energy(
       centre). Not the centre of mass: for an untruncated EFF gamma = 3 cluster
       of 20,000 stars that made W 4x too small.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     n = masses.shape[0]
-    if method == "auto":
-        method = "exact" if n <= EXACT_MAX_N else "mesh"
+    method = resolved_method(method, n)
     if method == "exact":
         w = _exact_potential(positions, masses, min(block_size, n))
     elif method == "mesh":
@@ -232,14 +240,18 @@ def virial_ratio(
     G: float | Array = G_PHYSICAL,
     method: str = "auto",
     centre: Array | None = None,
+    w: Scalar | None = None,
 ) -> Scalar:
     """Q = T / |W|, with T measured in the centre-of-mass frame.
 
-    `method` and `centre` are passed to `potential_energy`.
+    `method` and `centre` are passed to `potential_energy`; `w`: W of these
+    positions and masses when it is known already (in the units of `G`; then
+    `method`, `centre` and `G` are not used).
     """
     v_com = jnp.sum(masses[:, None] * velocities, axis=0) / jnp.sum(masses)
     t = kinetic_energy(velocities - v_com, masses)
-    w = potential_energy(positions, masses, G=G, method=method, centre=centre)
+    if w is None:
+        w = potential_energy(positions, masses, G=G, method=method, centre=centre)
     return t / jnp.abs(w)
 
 

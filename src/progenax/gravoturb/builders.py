@@ -44,7 +44,7 @@ from .._deprecation import renamed_keyword
 from .._types import ArrayLike, Key
 from ..binaries import BinaryPopulation
 from ..builders._binaries import check_binaries, draw_companions, drop_absent_companions
-from ..builders._common import as_key, check_imf, finish_cluster, resolve_imf, sample_masses
+from ..builders._common import as_key, check_imf, finish_cluster, recorded, resolve_imf, sample_masses
 from ..builders.sharded import finish_share, map_shares, refuse_unsharded, sharded_cluster
 from ..imf import PowerLawIMF
 from ..models import RecordedModel
@@ -428,8 +428,8 @@ def star_builder(
     Q = None if Q is None else checks.range("Q", Q, lower=0.0)
     binaries = check_binaries(binaries)
     if mesh is None:
-        out = _stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries)
-        return drop_absent_companions(checks.attach(out))
+        ic, w = checks.attach(_stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries))
+        return recorded(drop_absent_companions(ic), w)
     refuse_unsharded(binaries=binaries)
     with errors_as_nan():  # an error raised by one device's program would stall the others
         return checks.attach(_stars_sharded(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, mesh))

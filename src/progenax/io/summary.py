@@ -3,7 +3,10 @@
 The figures a summary prints (total mass, half-mass radius, Q, the binaries'
 statistics) are measured by `summary_figures`. Measuring Q costs one potential
 energy, tens of seconds for a clumpy cluster of a million stars (the nested
-mesh), so the command line stores the figures in the file it writes
+mesh). A fractal or gravoturbulent builder has summed that W already to scale
+its velocities, and `summary_figures` recalls it for the arrays the builder
+returned (`progenax.diagnostics.known_energy`). The command line also stores
+the figures in the file it writes
 (`progenax.io.write(..., summary=)`, our own schema) and `progenax info` reuses
 them (`progenax.io.native.stored_summary`) when their `digest`, a SHA-256 of
 everything they depend on, matches the cluster read back: a file changed by
@@ -23,6 +26,8 @@ from .._compile import mesh_compiles_fast, run_once_jit
 from .._version import __version__
 from ..binaries import binding_energy_distribution
 from ..diagnostics import density_centre, half_mass_radius, virial_ratio
+from ..diagnostics.energy import resolved_method
+from ..diagnostics.known_energy import recall_potential_energy
 from .gadget import is_gas
 
 _FIGURES = ("n_eff", "weighted", "mass", "r_h", "Q")
@@ -62,7 +67,9 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     - `Q`: the virial ratio T/|W|, W the exact pair sum up to 20,000 stars,
       above it the spherical estimate (shells about the density centre) for a
       cluster of a spherical model and the nested mesh for any other
-      (`InitialConditions.energy_method`);
+      (`InitialConditions.energy_method`); a mesh W the builder of these very
+      arrays summed is recalled, not summed again
+      (`progenax.diagnostics.known_energy`);
     - with binaries, `hard` (the fraction of pairs with E_b > <m> sigma^2),
       `median_log_binding` (median of log10(E_b / <m> sigma^2)) and
       `systems_Q` (Q of the systems, each binary at its centre of mass);
@@ -76,23 +83,26 @@ def summary_figures(ic, stored: dict[str, Any] | None = None) -> dict[str, Any]:
         return dict(stored)
     s = ic.state
     centre = np.asarray(density_centre(s.positions, ic.weights), s.positions.dtype)
-    measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, ic.units, method=ic.energy_method)
+    method = resolved_method(ic.energy_method, s.masses.shape[0])
+    w = recall_potential_energy(s.positions, s.masses, ic.weights, method)  # the builder's, if it summed one
+    measured = _measures(s.positions, s.velocities, s.masses, ic.weights, centre, ic.units, w, method=method)
     figures = {name: float(value) for name, value in measured.items() if name != "weighted"}
     figures["weighted"] = bool(measured["weighted"])
     return {**figures, **_binary_figures(ic), "digest": digest}
 
 
-def _measures_compile_fast(positions, velocities, masses, weights, centre, units, method) -> bool:
+def _measures_compile_fast(positions, velocities, masses, weights, centre, units, w, method) -> bool:
     """Whether `_measures` takes the run-once options: not when its Q sums the
     nested-mesh W of many stars (`progenax._compile`)."""
-    return method == "spherical" or mesh_compiles_fast(positions.shape[0])
+    return w is not None or method != "mesh" or mesh_compiles_fast(positions.shape[0])
 
 
 @functools.partial(run_once_jit, static_argnames=("method",), fast_compile=_measures_compile_fast, pinned=False)
-def _measures(positions, velocities, masses, weights, centre, units, method):
+def _measures(positions, velocities, masses, weights, centre, units, w, method):
     """`summary_figures`' sums, half-mass radius and Q in one program (eager,
     each operation would be a small program of its own to trace and look up;
-    G too, from `units`)."""
+    G too, from `units`). `w`: W when known (`diagnostics.known_energy`), else
+    None and summed by `method`."""
     m = masses * weights
     G = jnp.asarray(units.G, positions.dtype)
     return {
@@ -100,7 +110,7 @@ def _measures(positions, velocities, masses, weights, centre, units, method):
         "weighted": jnp.any(weights != 1),
         "mass": jnp.sum(m),
         "r_h": half_mass_radius(positions, m, centre=centre),
-        "Q": virial_ratio(positions, velocities, m, G=G, method=method, centre=centre),
+        "Q": virial_ratio(positions, velocities, m, G=G, method=method, centre=centre, w=w),
     }
 
 
