@@ -672,6 +672,22 @@ def test_an_entry_without_access_time_gets_one(tmp_path):
     assert int.from_bytes(kept.read_bytes(), "little") == 7
 
 
+def test_the_console_script_flushes_its_output_and_keeps_its_status(tmp_path):
+    # `run` ends the process with os._exit (no interpreter teardown): what a
+    # command printed must still reach a pipe, and the status must be main's.
+    import subprocess
+    import sys
+
+    def script(*argv):
+        command = [sys.executable, "-m", "progenax.cli", *argv]
+        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+
+    shown = script("--version")
+    assert shown.returncode == 0 and shown.stdout.startswith("progenax "), shown
+    refused = script("build", "plummer", "--n", "0")
+    assert refused.returncode == 2 and refused.stderr.startswith("progenax build: error"), refused
+
+
 @pytest.mark.slow
 def test_second_build_loads_its_programs_from_the_cache(tmp_path):
     # Two fresh processes: the first fills the cache, the second adds nothing

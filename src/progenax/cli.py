@@ -627,8 +627,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default `sys.argv[1:]`); return the exit status.
 
-    Used as the `progenax` console script, whose caller exits with the returned
-    status. A bad argument or unreadable file prints one line and returns 2; a
+    The `progenax` console script (`run`) exits with the returned status. A bad argument or unreadable file prints one line and returns 2; a
     write or run that fails (`OSError` such as a full disk, `RuntimeError`)
     prints one line and returns 1 (set the environment variable
     `PROGENAX_DEBUG=1` to see the traceback instead).
@@ -739,5 +738,25 @@ def _report(prog: str, err: BaseException, status: int = EXIT_USAGE) -> int:
     return status
 
 
+def run() -> NoReturn:
+    """The `progenax` console script: `main`, then exit with its status at once.
+
+    Once a command has written its files, the interpreter's usual teardown
+    (freeing every module, array and XLA's client) took 0.2 s of a 4 s
+    `progenax build king --n 100000`. So this waits for any effects JAX
+    still has pending, flushes stdout and stderr, and ends the process with
+    `os._exit`. Everything a command writes goes through context managers
+    that have closed by the time `main` returns.
+    """
+    status = main()
+    jax.effects_barrier()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone (`progenax info x.h5 | head -1`) or a closed stream
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
