@@ -627,10 +627,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default `sys.argv[1:]`); return the exit status.
 
-    The `progenax` console script (`run`) exits with the returned status. A bad argument or unreadable file prints one line and returns 2; a
-    write or run that fails (`OSError` such as a full disk, `RuntimeError`)
-    prints one line and returns 1 (set the environment variable
-    `PROGENAX_DEBUG=1` to see the traceback instead).
+    The `progenax` console script (`run`) exits with the returned status. A
+    bad argument or unreadable file prints one line and returns 2; a write
+    or run that fails (`OSError` such as a full disk, `RuntimeError`) prints
+    one line and returns 1 (set the environment variable `PROGENAX_DEBUG=1`
+    to see the traceback instead).
     """
     parser = build_parser()
     try:
