@@ -38,7 +38,7 @@ $$\frac1r = g_0(r) + \sum_{k=1}^{K-1} \bigl[g_k(r) - g_{k-1}(r)\bigr] + \frac{\o
   deeper ones within reach of the next cube's faces, every pair weighted by
   whether one of its stars is of the level (two deeper stars pair on a
   deeper level). The erfc is one polynomial fitted at trace time
-  (`_ErfcFit`, 2e-15 absolute). The list's
+  (`_ErfcFit`, 3e-7 absolute: U within 1e-6 of itself). The list's
   grid spans its stars only (their bounding box and the reach); the other
   stars are parked, massless, at one point beyond it, so they are never read
   and do not widen the grid (which would coarsen its cells: parked on a
@@ -107,8 +107,10 @@ per star and cube holding it (`_assign` reads only those stars), and K
 pair sums whose work grows with the clumpiness of the cluster at each
 level's scale (`benchmarks/builders.py --fractal-only` prints the times).
 At n = 1e6 the pairs dominate for a D = 1.6 fractal (3.6 billion
-candidates, 9.3 of U's 15 s, most of them at levels 3-7: off-centre clumps,
-which cubes nested about the median do not refine); for gravoturbulent
+candidates, most of them at levels 2-6: off-centre clumps, which cubes
+nested about the median do not refine; U took 25.8 s, 3.5 s of it without
+the pairs, with the degree-22 erfc of before, 2026-12-05; see `_ErfcFit`
+for the degree-10 one's 19-20 s); for gravoturbulent
 stars U took 5.7 s and its gradient 18.8 s (`jax.jit(jax.grad)`, key 0).
 For a 1e5-star D = 1.6 fractal (8 levels, $N_g$ = 112) U took 1.33-1.65 s
 (two runs), against 4.19 s with full lists,
@@ -456,13 +458,26 @@ class _ErfcFit:
     1.11 s with it): $\sum_k a_k t^k$ in $t = 2u / u_{\max} - 1$ (Horner), the
     least-squares Chebyshev fit at 200 Chebyshev nodes of the lowest degree whose
     largest error on 4001 points against `math.erfc` is below `TOLERANCE`
-    (degree 22 and 2.2e-15 for the default reach, u_max = 2.25; erfc is
-    entire, so the fit converges fast and its monomial coefficients stay
-    small). Arguments beyond u_max are read as u_max (the pair kernel has
-    faded to 0 there). Where no degree up to `MAX_DEGREE` meets the
-    tolerance (a reach beyond about 11 r_s), `jax.scipy.special.erfc`."""
+    (degree 10 for the default reach, u_max = 2.25: erfc within 3.0e-7 and
+    its slope within 3.5e-5; erfc is entire, so the fit converges fast and
+    its monomial coefficients stay small). Arguments beyond u_max are read
+    as u_max (the pair kernel has faded to 0 there). Where no degree up to
+    `MAX_DEGREE` meets the tolerance (a reach beyond about 45 r_s),
+    `jax.scipy.special.erfc`.
 
-    TOLERANCE = 1e-14
+    **Why 1e-6.** A pair's term $w\,\operatorname{erfc}(u)\,S / r$ is then
+    within 1e-6 of its $w / r$, so U, a sum of positive terms, is within
+    1e-6 of itself: a thousandth of the estimate's own error against the
+    exact sum (0.09-0.16%, module notes), as its gradient's (slope within
+    3.5e-5 against 1.1%). The pairs are most of U's time for a clumpy
+    cluster, and each pair evaluates the polynomial (its derivative too in
+    the reverse pass): at degree 10 instead of 22 (1e-14, before), U of a
+    1e6-star D = 1.6 fractal took 19.0-20.0 s instead of 23.4-26.3 s (one
+    process, fits alternated, two calls each; degree 12 took 23.2-25.1 s,
+    14 22.4-23.3 s: the loop runs much faster once the polynomial is short),
+    and moved by 8e-11 of itself."""
+
+    TOLERANCE = 1e-6
     MAX_DEGREE = 40
 
     def __init__(self, u_max: float):
