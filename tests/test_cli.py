@@ -688,6 +688,23 @@ def test_the_console_script_flushes_its_output_and_keeps_its_status(tmp_path):
     assert refused.returncode == 2 and refused.stderr.startswith("progenax build: error"), refused
 
 
+def test_a_reader_that_leaves_early_gets_no_error_message(tmp_path, capsys):
+    # `progenax info x.h5 | head -1`: the pipe closes before info writes. The
+    # command stops with status 1 and prints nothing more (it printed
+    # "progenax info: error: [Errno 32] Broken pipe").
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.h5"
+    assert _run(capsys, "build", "plummer", "--n", N, "-o", path)[0] == 0
+    command = [sys.executable, "-m", "progenax.cli", "info", str(path)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child.stdout.close()  # gone before the child has even imported progenax
+    err = child.stderr.read()
+    assert child.wait() == 1
+    assert err == ""
+
+
 @pytest.mark.slow
 def test_second_build_loads_its_programs_from_the_cache(tmp_path):
     # Two fresh processes: the first fills the cache, the second adds nothing

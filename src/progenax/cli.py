@@ -652,9 +652,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Any other (HDF5's "unable to extend file") is a failure, in one line too.
         bad_argument = isinstance(err, getattr(eqx, "EquinoxRuntimeError", ()))
         return _report(prog, err, EXIT_USAGE if bad_argument else EXIT_FAILED)
+    except BrokenPipeError:
+        # The reader of stdout has gone (`progenax info x.h5 | head -1`): stop quietly, as `cat` does.
+        _drop_stdout()
+        return EXIT_FAILED
     except OSError as err:
         # A disk full, `ulimit -f`, an I/O error: the atomic writers left the old file.
         return _report(prog, err, EXIT_FAILED)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so that what is still buffered for a
+    reader that has gone is dropped without another error at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (a test's capture)
+        pass
 
 
 def compile_cache_dir() -> Path | None:
