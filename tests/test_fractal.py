@@ -9,6 +9,8 @@ from progenax import fractal_builder
 from progenax.diagnostics import half_mass_radius, virial_ratio
 from progenax.diagnostics.structure import q_parameter
 
+MESH_N = 1500  # the tests that lower EXACT_MAX_N build this n (see test_virial_ratio_with_mesh_energy)
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -124,12 +126,18 @@ def test_virial_ratio_with_mesh_energy(monkeypatch):
     # Issue 4: above EXACT_MAX_N the fractal scales Q with the substructure-aware
     # mesh W (the spherical estimate gave Q = 0.36 for a request of 0.5 at
     # n = 30,000). A cheap stand-in for the slow test below: the threshold is
-    # lowered so that n = 2000 takes the same path, then Q is measured exactly.
+    # lowered so that n = 1500 takes the same path, then Q is measured exactly.
+    # The threshold is read when the builder's core is traced, and a compiled
+    # core serves every call with the same static arguments: n = 1500 is built
+    # by no test without the lowered threshold (an n = 2000 fractal is, in
+    # tests/diagnostics), and the recorded mesh W shows that this path ran.
     import progenax.builders._common
+    from progenax.diagnostics.known_energy import recall_potential_energy
 
     monkeypatch.setattr(progenax.builders._common, "EXACT_MAX_N", 1000)
-    ic = fractal_builder(jax.random.PRNGKey(4), n=2000, D=1.6, Q=0.5)
+    ic = fractal_builder(jax.random.PRNGKey(4), n=MESH_N, D=1.6, Q=0.5)
     s = ic.state
+    assert recall_potential_energy(s.positions, s.masses, ic.weights, "mesh") is not None
     q = virial_ratio(s.positions, s.velocities, s.masses, method="exact")
     # The mesh W is within 0.3% of the exact one (tests/diagnostics), so Q is
     # within 0.0015 of the request; the issue's bound is 0.01.
@@ -150,9 +158,9 @@ def test_henon_units_take_the_mesh_w_of_the_scaling(monkeypatch):
     monkeypatch.setattr(InitialConditions, "to_henon", lambda ic, w=None: given.append(w) or to_henon(ic, w=w))
     monkeypatch.setattr(progenax.builders._common, "EXACT_MAX_N", 1000)
     key = jax.random.PRNGKey(4)
-    henon = fractal_builder(key, n=2000, D=1.6, Q=0.5, units="henon")
+    henon = fractal_builder(key, n=MESH_N, D=1.6, Q=0.5, units="henon")
     assert len(given) == 1 and given[0] is not None
-    physical = fractal_builder(key, n=2000, D=1.6, Q=0.5).state
+    physical = fractal_builder(key, n=MESH_N, D=1.6, Q=0.5).state
     w = potential_energy(physical.positions, physical.masses, method="mesh")
     r_v = progenax.units.G_PHYSICAL * jnp.sum(physical.masses) ** 2 / (2.0 * jnp.abs(w))
     np.testing.assert_allclose(float(henon.units.length_pc), float(r_v), rtol=1e-12)
@@ -162,10 +170,7 @@ def test_the_summary_recalls_the_mesh_w_of_the_scaling(monkeypatch):
     # The builder records the mesh W it scaled with against the arrays it
     # returns (in their units), and the command line's summary takes it instead
     # of summing that W again: a 1e6-star fractal spent half its 68 s doing so.
-    # Thresholds lowered as above, and an n no other test builds: a compiled
-    # core is shared by every call with the same static arguments, and one
-    # traced without the lowered threshold (an n = 2000 fractal elsewhere in
-    # the suite) would sum the exact W.
+    # Thresholds lowered as above, at the same n (their compiles serve).
     import progenax.builders._common
     import progenax.diagnostics.energy
     from progenax import io as pio
@@ -176,7 +181,7 @@ def test_the_summary_recalls_the_mesh_w_of_the_scaling(monkeypatch):
     monkeypatch.setattr(progenax.diagnostics.energy, "EXACT_MAX_N", 1000)
     key = jax.random.PRNGKey(4)
     for units in ("physical", "henon"):
-        ic = fractal_builder(key, n=1500, D=1.6, Q=0.5, units=units)
+        ic = fractal_builder(key, n=MESH_N, D=1.6, Q=0.5, units=units)
         s = ic.state
         recalled = recall_potential_energy(s.positions, s.masses, ic.weights, "mesh")
         w = potential_energy(s.positions, s.masses, G=ic.units.G, method="mesh")
