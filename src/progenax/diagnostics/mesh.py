@@ -195,12 +195,12 @@ class _Levels:
 # -- long range: TSC meshes with isolated boundaries ---------------------------------
 def _tsc_weights(u: Array):
     """The nearest cell i0 and the TSC weights of cells i0 - 1, i0, i0 + 1
-    (each (n, 3), per axis) at mesh coordinate u (cell centres at integers),
-    and their derivatives in u."""
+    along each axis, (n, 3 axes, 3 offsets), at mesh coordinate u (cell
+    centres at integers), and their derivatives in u."""
     i0 = jnp.floor(u + 0.5)
     d = u - i0
-    weights = (0.5 * (0.5 - d) ** 2, 0.75 - d**2, 0.5 * (0.5 + d) ** 2)
-    slopes = (d - 0.5, -2.0 * d, 0.5 + d)
+    weights = jnp.stack((0.5 * (0.5 - d) ** 2, 0.75 - d**2, 0.5 * (0.5 + d) ** 2), axis=-1)
+    slopes = jnp.stack((d - 0.5, -2.0 * d, 0.5 + d), axis=-1)
     return i0.astype(jnp.int32), weights, slopes
 
 
@@ -208,13 +208,12 @@ def _tsc_weights(u: Array):
 _ASSIGN_BLOCK = 2**15
 
 
-def _stencil(i0, n_grid):
-    """The 27 (a, b, c) offsets of the TSC stencil and each one's flat cell index (n,)."""
-    for a in range(3):
-        for b in range(3):
-            row = ((i0[:, 0] + a - 1) * n_grid + (i0[:, 1] + b - 1)) * n_grid + i0[:, 2]
-            for c in range(3):
-                yield (a, b, c), row + (c - 1)
+def _stencil_cell(i0, offset, n_grid):
+    """Cell `offset` (0 to 26, traced) of the TSC stencil about i0: its offsets
+    (a, b, c) from i0 - 1 along axes 0, 1, 2 (C order, a slowest) and its flat
+    index (n,)."""
+    a, b, c = offset // 9, (offset // 3) % 3, offset % 3
+    return (a, b, c), ((i0[:, 0] + a - 1) * n_grid + i0[:, 1] + b - 1) * n_grid + i0[:, 2] + c - 1
 
 
 def _mesh_blocks(on_mesh, block):
@@ -235,8 +234,10 @@ def _assign(u, weights, on_mesh, n_grid):
     Only the stars on the mesh are read, in blocks of `_ASSIGN_BLOCK` (a
     loop of as many trips as they fill, decided in the graph): a deeper
     cube holds a fraction of the stars (n = 1e6 gravoturbulent stars, 9
-    cubes: 3.8 million assignments instead of 9 million). Its own VJP, the
-    same blocks gathering the cotangent mesh:
+    cubes: 3.8 million assignments instead of 9 million). The 27 cells of
+    the stencil are a loop too (`_stencil_cell`): unrolled, they were 27
+    scatters, and 27 gathers in the VJP, each compiled apart. Its own VJP,
+    the same blocks gathering the cotangent mesh:
     $\bar u_i = m_i \sum_{abc} \bar\rho_{abc}\,\nabla_u (w_a w_b w_c)$ and
     $\bar m_i = \sum_{abc} \bar\rho_{abc} w_a w_b w_c$ (0 off the mesh)."""
     return _assign_fwd(u, weights, on_mesh, n_grid)[0]
@@ -248,16 +249,19 @@ def _assign_fwd(u, weights, on_mesh, n_grid):
     index, trips = _mesh_blocks(on_mesh, block)
     out_of_range = n_grid**3
 
-    def one_block(b, grid):
-        ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
+    def one_block(k, grid):
+        ids = jax.lax.dynamic_slice(index, (k * block,), (block,))
         real = ids < n
         at = jnp.minimum(ids, n - 1)
         i0, w, _ = _tsc_weights(u[at])
         mass = weights[at]
-        for (a, b_, c), cell in _stencil(i0, n_grid):
-            value = mass * w[a][:, 0] * w[b_][:, 1] * w[c][:, 2]
-            grid = grid.at[jnp.where(real, cell, out_of_range)].add(value, mode="drop")
-        return grid
+
+        def one_cell(offset, grid):
+            (a, b, c), cell = _stencil_cell(i0, offset, n_grid)
+            value = mass * w[:, 0, a] * w[:, 1, b] * w[:, 2, c]
+            return grid.at[jnp.where(real, cell, out_of_range)].add(value, mode="drop")
+
+        return jax.lax.fori_loop(0, 27, one_cell, grid)
 
     grid = vary_like(jnp.zeros(n_grid**3, u.dtype), u, weights)
     grid = jax.lax.fori_loop(0, trips, one_block, grid)
@@ -270,21 +274,28 @@ def _assign_bwd(n_grid, residuals, g):
     block = min(_ASSIGN_BLOCK, n)
     g = g.reshape(-1)
 
-    def one_block(b, acc):
+    def one_block(k, acc):
         d_u, d_m = acc
-        ids = jax.lax.dynamic_slice(index, (b * block,), (block,))
+        ids = jax.lax.dynamic_slice(index, (k * block,), (block,))
         at = jnp.minimum(ids, n - 1)
         i0, w, dw = _tsc_weights(u[at])
         mass = weights[at]
-        d_mass = jnp.zeros_like(mass)
-        d_coords = [jnp.zeros_like(mass) for _ in range(3)]
-        for (a, b_, c), cell in _stencil(i0, n_grid):
+
+        def one_cell(offset, sums):
+            (a, b, c), cell = _stencil_cell(i0, offset, n_grid)
+            wa, wb, wc = w[:, 0, a], w[:, 1, b], w[:, 2, c]
+            da, db, dc = dw[:, 0, a], dw[:, 1, b], dw[:, 2, c]
             value = g.at[cell].get(mode="fill", fill_value=0.0)
-            wa, wb, wc = w[a][:, 0], w[b_][:, 1], w[c][:, 2]
-            d_mass = d_mass + value * wa * wb * wc
-            d_coords[0] = d_coords[0] + value * dw[a][:, 0] * wb * wc
-            d_coords[1] = d_coords[1] + value * wa * dw[b_][:, 1] * wc
-            d_coords[2] = d_coords[2] + value * wa * wb * dw[c][:, 2]
+            d_mass, d_0, d_1, d_2 = sums
+            return (
+                d_mass + value * wa * wb * wc,
+                d_0 + value * da * wb * wc,
+                d_1 + value * wa * db * wc,
+                d_2 + value * wa * wb * dc,
+            )
+
+        zero = jnp.zeros_like(mass)
+        d_mass, *d_coords = jax.lax.fori_loop(0, 27, one_cell, (zero,) * 4)
         d_u = d_u.at[ids].set(jnp.stack(d_coords, axis=1) * mass[:, None], mode="drop")
         return d_u, d_m.at[ids].set(d_mass, mode="drop")
 
