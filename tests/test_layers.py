@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "_mesh",
             "_compile",
             "_forward_mode",
+            "_allocator",
         ),
     ),
     ("models, imf", ("models", "profiles", "kinematics", "imf")),

@@ -1,5 +1,7 @@
 """progenax: differentiable star-cluster initial conditions in JAX."""
 
+# First: glibc then keeps freed memory, and XLA's temporaries reuse their pages (`_allocator`).
+from . import _allocator as _allocator  # isort: skip
 from . import audit as audit
 from . import binaries as binaries
 from . import diagnostics as diagnostics
