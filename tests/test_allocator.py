@@ -50,6 +50,7 @@ def faults_and_temporary_pages() -> tuple[int, int]:
 
 
 @glibc_only
+@pytest.mark.skipif(os.environ.get(_allocator.DEFAULTS_ENV) == "1", reason="this process opted out")
 def test_temporaries_reuse_their_pages_after_import():
     assert _allocator.KEPT
     faults, pages = faults_and_temporary_pages()
