@@ -2,8 +2,8 @@
 temporaries stop page-faulting on every call (`progenax._allocator`).
 
 The measure is the process's minor page faults (`getrusage`) during one call of
-the SPH density loss of 200,000 particles (2D, periodic), whose temporaries
-are one buffer of about 55 MB (XLA's `memory_analysis`), fewest over three
+the SPH density loss of 200,000 particles (2D, periodic, float32), whose
+temporaries take about 44 MB (XLA's `memory_analysis`), fewest over three
 calls after a first one: a count of pages, not a time. With glibc's defaults
 each call maps that buffer afresh and touches every page of it; kept, a call
 reuses the pages of the one before.
@@ -23,6 +23,7 @@ import progenax  # noqa: F401  (the import is what sets the allocator)
 from progenax import _allocator
 
 N = 200_000
+MMAP_THRESHOLD_PAGES = 32 * 2**20 // 4096  # glibc's largest mmap threshold, 32 MiB
 
 glibc_only = pytest.mark.skipif(
     platform.system() != "Linux" or _allocator._glibc_mallopt() is None, reason="glibc's mallopt only"
@@ -54,7 +55,7 @@ def faults_and_temporary_pages() -> tuple[int, int]:
 def test_temporaries_reuse_their_pages_after_import():
     assert _allocator.KEPT
     faults, pages = faults_and_temporary_pages()
-    assert pages > 4000  # the premise: temporaries over glibc's largest mmap threshold (32 MiB)
+    assert pages > MMAP_THRESHOLD_PAGES  # the premise: glibc's defaults would map them afresh
     # Kept: a few pages at most (the result, the runtime's bookkeeping); a
     # tenth of the temporaries' pages leaves room for those and still fails
     # if they are mapped afresh.

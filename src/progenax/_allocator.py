@@ -32,9 +32,10 @@ XLA's worker threads. A worker thread's allocation of 64 MiB or more (a large
 program's single buffer, a sort's scratch) comes from glibc's per-thread
 arena, which maps it afresh whatever these settings: the pair sums above keep
 their pages, a program whose one temporary is a 64 MiB array does not.
-`M_ARENA_MAX = 1` would send those to the heap too, but it made builders compile 20-35% slower (King's gradient at
-n = 1e4: 4.2-5.5 s against 5.7-7.3 s, alternated), the compiler's threads
-then sharing one lock, so it is not set.
+`M_ARENA_MAX = 1` would send those to the heap too, but it made builders
+compile 20-35% slower (King's gradient at n = 1e4: 4.2-5.5 s against
+5.7-7.3 s, alternated), the compiler's threads then sharing one lock, so it
+is not set.
 
 It applies to the whole process (NumPy's and other libraries' allocations
 too) and only under glibc (Linux); elsewhere it does nothing. Set
