@@ -11,6 +11,11 @@ For each N, dimension and backend a fresh process measures:
 - forward and gradient: best of three calls after a warm-up (jax-md: with its
   overflow check, as its own examples do);
 - peak memory: the process's resident-set high-water mark after the gradient;
+- page faults: the process's minor page faults during one gradient call
+  (`getrusage`, fewest of two calls), the pages its temporaries touched
+  afresh: near zero when the allocator keeps freed memory (`import progenax`
+  does, `progenax._allocator`; `PROGENAX_MALLOC_DEFAULTS=1` for glibc's
+  defaults, which map every large temporary anew on each call);
 - pair slots evaluated per particle (padding included), against the exact
   number of pairs in the cells read (progenax) or found at allocation (jax-md),
   and against the neighbours inside the kernel support.
@@ -99,6 +104,7 @@ def run_progenax(n: int, dim: int, baseline: str | None = None, repeats: int = 3
     import jax
     import jax.numpy as jnp
 
+    from progenax._allocator import fewest_page_faults
     from progenax.neighbours import LAYOUTS, build_cell_list, candidate_counts, slots_per_particle
     from progenax.sph import density_loss
 
@@ -124,6 +130,7 @@ def run_progenax(n: int, dim: int, baseline: str | None = None, repeats: int = 3
     fwd = _interleaved({k: (lambda f=f: f[0](x).block_until_ready()) for k, f in compiled.items()}, repeats)
     grad = _interleaved({k: (lambda f=f: f[1](x).block_until_ready()) for k, f in compiled.items()}, repeats)
     peak = _peak_rss_gb()
+    faults = fewest_page_faults(lambda: compiled["progenax"][1](x).block_until_ready(), calls=2)
 
     layout = LAYOUTS[dim]
     cells = build_cell_list(
@@ -140,6 +147,7 @@ def run_progenax(n: int, dim: int, baseline: str | None = None, repeats: int = 3
             "forward_s": fwd["progenax"],
             "gradient_s": grad["progenax"],
             "peak_gb": peak,
+            "faults": faults,
             "slots": float(slots_per_particle(cells, layout.chunk, layout.groups)),
             "pairs_read": float(jnp.mean(candidate_counts(cells))),
             "loss": float(compiled["progenax"][0](x)),
@@ -152,6 +160,7 @@ def run_progenax(n: int, dim: int, baseline: str | None = None, repeats: int = 3
             "forward_s": fwd["baseline"],
             "gradient_s": grad["baseline"],
             "peak_gb": None,
+            "faults": fewest_page_faults(lambda: compiled["baseline"][1](x).block_until_ready(), calls=2),
             "slots": None,
             "pairs_read": None,
             "loss": float(compiled["baseline"][0](x)),
@@ -168,6 +177,7 @@ def run_jax_md(n: int, dim: int) -> dict:
     import jax.numpy as jnp
     from jax_md import partition, space
 
+    from progenax._allocator import fewest_page_faults
     from progenax.sph.kernels import get_kernel
 
     L, h = _box(n, dim), H[dim]
@@ -210,6 +220,7 @@ def run_jax_md(n: int, dim: int) -> dict:
     checked(gradient)
     grad = _best_of(lambda: checked(gradient))
     peak = _peak_rss_gb()
+    faults = fewest_page_faults(lambda: checked(gradient), calls=2)
     i = nbrs.idx[0]
     return {
         "allocate_s": allocate_s,
@@ -217,6 +228,7 @@ def run_jax_md(n: int, dim: int) -> dict:
         "forward_s": fwd,
         "gradient_s": grad,
         "peak_gb": peak,
+        "faults": faults,
         "slots": i.shape[0] / n,
         "pairs_read": float(jnp.sum(i < n)) / n + 1.0,
         "loss": float(value),
@@ -267,7 +279,8 @@ def main(argv=None) -> None:
     print(__doc__.split("\n\n")[1].replace("\n", " "))
     header = (
         f"{'dim':>3} {'N':>8} {'backend':<9} {'compile':>8} {'allocate':>8} {'forward':>8} "
-        f"{'gradient':>8} {'peak RSS':>9} {'slots/particle':>14} {'pairs read':>10} {'neighbours':>10}"
+        f"{'gradient':>8} {'peak RSS':>9} {'slots/particle':>14} {'pairs read':>10} {'neighbours':>10} "
+        f"{'faults/call':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -286,7 +299,8 @@ def main(argv=None) -> None:
                 print(
                     f"{dim:>3} {n:>8} {name:<9} {_fmt(r['compile_s'], ' s'):>8} {_fmt(r.get('allocate_s'), ' s'):>8} "
                     f"{_fmt(r['forward_s'], ' s'):>8} {_fmt(r['gradient_s'], ' s'):>8} {_fmt(r['peak_gb'], ' GB'):>9} "
-                    f"{_fmt(r['slots'], digits=4):>14} {_fmt(r['pairs_read'], digits=4):>10} {neighbours:>10.1f}"
+                    f"{_fmt(r['slots'], digits=4):>14} {_fmt(r['pairs_read'], digits=4):>10} {neighbours:>10.1f} "
+                    f"{r['faults']:>11}"
                 )
             if "baseline" in rows:
                 a, b = rows["progenax"], rows["baseline"]

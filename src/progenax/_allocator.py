@@ -5,17 +5,18 @@ and frees them at its end. glibc serves a request of more than
 `M_MMAP_THRESHOLD` (at most 32 MiB) with an `mmap` of its own and unmaps it on
 `free`, so each call touches fresh zero pages: one page fault per 4 KiB, a few
 microseconds each, in the kernels that first write them. A million-particle
-pair sum holds 250-400 MB of temporaries: the SPH density loss of
-`benchmarks/sph.py` at N = 1e6 took 66,400 faults a call in 2D (71,500 for
-its gradient) and 90,100 in 3D (95,000), and under 1,000 with this module
-(`getrusage`'s minor faults). The benchmark's times, each way in its own
-run on the project's 2-core machine (`PROGENAX_MALLOC_DEFAULTS=1` for
-glibc's defaults; float64, best of 5):
+pair sum holds 250-400 MB of temporaries. `python benchmarks/sph.py --sizes
+1e5 1e6`, once with `PROGENAX_MALLOC_DEFAULTS=1` (glibc's defaults) and once
+without, on the project's 2-core machine (float64, best of 5; faults: the
+minor page faults of one gradient call, `getrusage`):
 
-    N = 1e6                glibc's defaults      kept (this module)
-    2D forward / gradient  0.415 / 0.605 s       0.340 / 0.540 s
-    3D forward / gradient  0.901 / 2.21 s        0.791 / 2.04 s
-    N = 1e5, 2D gradient   0.0602 s              0.0479 s
+    N = 1e6                glibc's defaults              kept (this module)
+    2D forward / gradient  0.416 / 0.685 s, 71,533       0.332 / 0.536 s, 0
+    3D forward / gradient  1.03 / 2.41 s, 94,971         0.804 / 2.12 s, 0
+
+(an earlier pair of runs: 2D 0.415 / 0.605 -> 0.340 / 0.540 s, 3D 0.901 /
+2.21 -> 0.791 / 2.04 s). At N = 1e5 the 2D temporaries stay under the
+threshold (no faults either way) and the 3D gradient's took 9,595 faults.
 
 `keep_freed_memory()` (run when this module is imported, the first thing
 `import progenax` does; `KEPT` says whether it took effect) sets glibc's
@@ -47,6 +48,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
+from collections.abc import Callable
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
@@ -82,6 +85,19 @@ def keep_freed_memory() -> bool:
         return False
     # mallopt returns 1 on success, 0 on error.
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def fewest_page_faults(call: Callable[[], object], calls: int = 3) -> int:
+    """The fewest minor page faults (`getrusage`) one of `calls` runs of
+    `call()` took: the pages a program's temporaries touch afresh (call it
+    once before, so that compiling and first use are not counted; block on
+    its result inside `call`)."""
+    counts = []
+    for _ in range(calls):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        call()
+        counts.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return min(counts)
 
 
 KEPT = keep_freed_memory()
