@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import resource
 from collections.abc import Callable
 
 M_TRIM_THRESHOLD = -1
@@ -91,7 +90,9 @@ def fewest_page_faults(call: Callable[[], object], calls: int = 3) -> int:
     """The fewest minor page faults (`getrusage`) one of `calls` runs of
     `call()` took: the pages a program's temporaries touch afresh (call it
     once before, so that compiling and first use are not counted; block on
-    its result inside `call`)."""
+    its result inside `call`). Unix only (`resource`)."""
+    import resource  # not on Windows, where importing progenax must still work
+
     counts = []
     for _ in range(calls):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
