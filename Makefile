@@ -20,7 +20,7 @@ demo: $(STAMP)
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	$(MAKE) --no-print-directory docs-check
 
 # ruff lint and format check (configured in pyproject.toml), part of `make test`.
@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 validate: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/builders.py

@@ -105,3 +105,31 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_unconfigure(config):
     if _OWNS_RUN_CACHE and not hasattr(config, "workerinput"):
         shutil.rmtree(os.environ[_RUN_CACHE_ENV], ignore_errors=True)
+
+
+# The longest files first. xdist hands each worker whole files (`--dist
+# loadfile`) in collection order (`--no-loadscope-reorder` in the Makefile; its
+# default order, most tests first, started the two single-test sharding files,
+# two minutes each, last of all). Longest first leaves the shortest files to even
+# out the two workers' ends. Seconds per file on the 2-core machine (junit
+# times of `make test`, 2026-12-05), heaviest first; the rest keep their order.
+LONGEST_FILES = (
+    "tests/test_audit.py",  # 139 s
+    "tests/sharding/test_builders.py",  # 123 s
+    "tests/diagnostics/test_energy.py",  # 115 s
+    "tests/sph/test_density.py",  # 103 s
+    "tests/sph/test_relax.py",  # 99 s
+    "tests/sharding/test_fractal.py",  # 95 s
+    "tests/builders/test_output_hashes.py",  # 83 s
+    "tests/test_eff_builder.py",  # 60 s
+    "tests/neighbours/test_engine.py",  # 58 s
+    "tests/test_fractal.py",  # 57 s
+    "tests/profiles/test_king.py",  # 52 s
+    "tests/test_cli.py",  # 50 s
+    "tests/test_examples.py",  # 49 s
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {path: i for i, path in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
