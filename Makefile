@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/progenax demo --output-dir demo_output
 
-# Two workers, whole files per worker (module fixtures are built once).
+# Two workers, whole files per worker (module fixtures are built once), the
+# longest files first (tests/conftest.py: LONGEST_FILES; xdist keeps that order).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
