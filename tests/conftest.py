@@ -29,6 +29,7 @@ if os.environ.get("PROGENAX_TEST_XLA_FLAGS") != "default":
 import gc  # noqa: E402
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -130,6 +131,9 @@ LONGEST_FILES = (
 )
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    stale = [path for path in LONGEST_FILES if not (config.rootpath / path).is_file()]
+    if stale:  # a renamed or removed file: its place in the order would be lost silently
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES names missing files: {stale}")
     rank = {path: i for i, path in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
