@@ -19,9 +19,10 @@ demo: $(STAMP)
 # Two workers, whole files per worker (module fixtures are built once), the
 # longest files first (tests/conftest.py: LONGEST_FILES; xdist keeps that order).
 PYTEST_WORKERS ?= 2
+PYTEST_DIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q $(PYTEST_DIST)
 	$(MAKE) --no-print-directory docs-check
 
 # ruff lint and format check (configured in pyproject.toml), part of `make test`.
@@ -30,7 +31,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 validate: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_DIST)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/builders.py
