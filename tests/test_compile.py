@@ -14,39 +14,28 @@ from progenax import _compile
 def test_cpu_gets_the_fast_compile_options():
     assert jax.default_backend() == "cpu"
     assert _compile.compile_options() == _compile.FAST_COMPILE
-    assert _compile.compile_options(pinned=False) == _compile.UNPINNED_FAST_COMPILE
-    assert _compile.FAST_COMPILE.items() < _compile.UNPINNED_FAST_COMPILE.items()
+    assert _compile.FAST_COMPILE == {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
 
 
-def test_one_probe_serves_both_option_sets():
-    # Each probe compiles a program in a cold process: XLA taking the larger set takes the smaller.
+def test_one_probe_serves_every_program():
+    # A probe compiles a program in a cold process: one per process, whatever asks.
     _compile._accepted.cache_clear()
     assert _compile.compile_options() == _compile.FAST_COMPILE
-    assert _compile.compile_options(pinned=False) == _compile.UNPINNED_FAST_COMPILE
+    assert _compile.compile_options() == _compile.FAST_COMPILE
     assert _compile._accepted.cache_info().currsize == 1
 
 
-def test_an_eager_gradient_compiles_with_the_unpinned_options(monkeypatch):
-    """The plain call takes `FAST_COMPILE`, an eager `grad`'s forward and
-    backward programs `UNPINNED_FAST_COMPILE` (the builders' outputs keep
-    their bits; a gradient's are not pinned)."""
+def test_an_eager_gradient_compiles_with_the_options(monkeypatch):
+    """The plain call and an eager `grad`'s forward and backward programs
+    all ask for the run-once options."""
     asked, real = [], _compile.compile_options
-    monkeypatch.setattr(_compile, "compile_options", lambda *, pinned=True: asked.append(pinned) or real())
+    monkeypatch.setattr(_compile, "compile_options", lambda: asked.append(True) or real())
     cube = _compile.run_once_jit(lambda x: x**3, filter=True)
     assert float(cube(2.0)) == 8.0
-    assert asked == [True]
+    assert len(asked) == 1
     assert float(jax.grad(cube)(2.0)) == 12.0
-    # The eager-grad test asks for the plain options; the two programs, made once, for the unpinned ones.
-    assert asked == [True, True, False]
-
-
-def test_run_once_programs_are_pinned_unless_they_say_so():
-    # The builders' cores take the default (their outputs are kept bit for bit);
-    # the command line's summary figures are not.
-    from progenax.io import summary
-
-    assert _compile.run_once_jit(lambda x: x).pinned is True
-    assert summary._measures.pinned is False
+    # The eager-grad test asks once more; the two programs, made once, once.
+    assert len(asked) == 3
 
 
 def test_environment_switch_turns_the_options_off(monkeypatch):
@@ -163,9 +152,7 @@ def test_outputs_without_a_cotangent_stay_out_of_an_eager_gradient():
 def test_a_call_that_runs_long_compiles_with_xla_defaults(monkeypatch):
     """`fast_compile` false: no options, eagerly or under an eager `grad`. An
     option no XLA has makes the difference visible: passing it fails the compile."""
-    monkeypatch.setattr(
-        _compile, "compile_options", lambda *, pinned=True: {"xla_cpu_no_such_option_in_any_version": True}
-    )
+    monkeypatch.setattr(_compile, "compile_options", lambda: {"xla_cpu_no_such_option_in_any_version": True})
     scaled = _compile.run_once_jit(
         lambda x, n: x * n, filter=True, fast_compile=lambda x, n: _compile.mesh_compiles_fast(n)
     )

@@ -39,20 +39,33 @@ active is read from JAX's private trace state (`_eager_reverse_mode`); where
 it cannot be read, the plain path runs. Forward mode (`jax.jvp`,
 `jax.jacfwd`, `jax.hessian`), `vmap` and `jit` never take this path.
 
-**Level 1.** Programs whose outputs are not kept bit for bit (these two,
-and the command line's summary: `run_once_jit(..., pinned=False)`) also take
-LLVM's optimisation level 1 (`UNPINNED_FAST_COMPILE`), and run as fast with
-it. First gradient, n = 1e4 as above, alternated with XLA's default level in
-fresh processes, two rounds:
-gravoturbulent stars 3.70 / 3.69 -> 2.69 / 2.78 s, gas 5.29 / 5.26 -> 4.04 /
-3.85 s, King 5.35 / 4.93 -> 4.91 / 4.99 s; Plummer, EFF, LIMEPY, multi-mass
-King and the fractal within the machine's noise. The summary of a King
-cluster (`io.summary._measures`, in-process, first compile): 0.38 -> 0.26 s
-at n = 1e5, 0.31 -> 0.22 s at 1e6, the same figures. The builders' own programs
-keep XLA's default level: at level 1 they compile 10-40% faster, but their
-outputs change in the last bits (the recorded output hashes of
-`tests/builders/test_output_hashes.py` fail) and they run 1-3% longer (the
-gravoturbulent stars' 33% at n = 1e5). A gradient's bits are not pinned.
+**Level 1.** Every run-once program also takes LLVM's optimisation level 1
+instead of XLA's default 2 (`FAST_COMPILE`): the builders' first calls, an
+eager gradient's two programs and the command line's summary. A run-once
+program is compiled for the call that waits for it, and level 1 compiles it
+10-45% sooner. Eager first call at n = 1e4, the compile alone (`python
+benchmarks/builders.py --every-builder --every-sizes 10000 --repeats 2`, the
+two levels alternated, two rounds each, 2026-12-06): Plummer 1.78 / 1.37 ->
+1.01 / 1.00 s, EFF 4.78 / 3.91 -> 3.03 / 3.04 s, EFF `r_t` 4.42 / 4.53 ->
+3.69 / 3.61 s, King 2.20 / 2.47 -> 1.92 / 1.89 s, LIMEPY `ra` 4.31 / 4.46 ->
+4.07 / 3.79 s, multi-mass King 3.37 / 3.41 -> 3.16 / 2.82 s, gravoturbulent
+stars 3.27 / 3.28 -> 2.35 / 2.32 s and gas 2.62 / 2.81 -> 1.95 / 1.81 s, the
+fractal within noise; their build times at that n within noise too. Later
+calls of a large build can run a few per cent longer: at n = 1e6 (float64,
+fresh processes, alternated, best of 5) King 0.51-0.52 against 0.50-0.53 s and
+multi-mass King 0.72-0.76 against 0.75-0.77 s (unchanged), Plummer 0.31-0.33
+against 0.29-0.31 s, LIMEPY `ra` 0.93-0.96 against 0.86-0.91 s and EFF
+1.49-1.53 against 1.32-1.45 s; at n = 1e5 the gravoturbulent stars, whose
+nested-mesh W is a heavy pair loop, 1.33-1.40 against 1.17-1.22 s. The first
+call, which is what a run-once program is for, is sooner at every size
+measured: at 1e6 Plummer 1.55 / 1.73 against 1.82 / 1.88 s, King 2.47 / 2.60
+against 2.87 / 3.02 s; the stars at 1e5 6.6-7.0 against 7.9-8.1 s; the
+fractal at 2e5 7.84 against 8.31 s (and 9.22 s with XLA's defaults). (A user
+who builds many large clusters eagerly in a loop can `jax.jit` the builder:
+inside a user's `jit` the user's options apply.) The outputs change in the
+last bits only (n = 300, key 0: velocities within 2.3e-14 of the largest
+value, positions within 1.4e-16; `tests/builders/test_output_hashes.py` was
+re-recorded with them).
 
 **Programs that run long.** The elemental emitters' kernels run slower in
 heavy loops: the nested-mesh W of a clumpy cluster (`potential_energy(method=
@@ -92,13 +105,9 @@ try:  # JAX's trace types are private: without them no eager reverse mode is det
 except ImportError:  # pragma: no cover
     _jax_ad = None
 
-FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
-"""The XLA debug options of `compile_options()` (see the module notes)."""
-
-UNPINNED_FAST_COMPILE = {**FAST_COMPILE, "xla_backend_optimization_level": 1}
-"""The options of the run-once programs whose outputs are not kept bit for bit
-(an eager gradient's two programs, the command line's summary): also LLVM at
-level 1 (module notes, **Level 1**)."""
+FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+"""The XLA options of `compile_options()`: the elemental emitters and LLVM at
+level 1 (see the module notes)."""
 
 
 @functools.cache
@@ -129,18 +138,12 @@ def mesh_core_compiles_fast(key, n: int, *args, **kwargs) -> bool:
     return mesh_compiles_fast(n)
 
 
-def compile_options(*, pinned: bool = True) -> dict | None:
-    """`FAST_COMPILE` for a program whose outputs are kept bit for bit (a
-    builder's), `UNPINNED_FAST_COMPILE` with `pinned=False`, when compiling for
-    the CPU with an XLA that has them; else None (also when
-    `PROGENAX_XLA_DEFAULTS=1`)."""
+def compile_options() -> dict | None:
+    """`FAST_COMPILE` when compiling for the CPU with an XLA that has it; else
+    None (also when `PROGENAX_XLA_DEFAULTS=1`)."""
     if os.environ.get("PROGENAX_XLA_DEFAULTS") == "1" or jax.default_backend() != "cpu":
         return None
-    wanted = FAST_COMPILE if pinned else UNPINNED_FAST_COMPILE
-    # Each probe compiles a program: one serves both sets when XLA takes the larger.
-    if wanted.items() <= UNPINNED_FAST_COMPILE.items() and _accepted(tuple(sorted(UNPINNED_FAST_COMPILE.items()))):
-        return dict(wanted)
-    return dict(wanted) if _accepted(tuple(sorted(wanted.items()))) else None
+    return dict(FAST_COMPILE) if _accepted(tuple(sorted(FAST_COMPILE.items()))) else None
 
 
 def at_top_level() -> bool:
@@ -181,7 +184,6 @@ def run_once_jit(
     *,
     filter: bool = False,
     fast_compile: Callable[..., bool] | None = None,
-    pinned: bool = True,
     **jit_kwargs,
 ) -> Callable:
     """`jax.jit(fn, **jit_kwargs)` (`equinox.filter_jit` with `filter=True`)
@@ -191,8 +193,6 @@ def run_once_jit(
     the backend. `fast_compile(*args, **kwargs)`, if given, says whether a
     call's program takes the options at all: False for one that runs long
     (module notes), which then compiles with XLA's defaults everywhere.
-    `pinned=False`: `fn`'s outputs are not kept bit for bit, and it takes
-    `UNPINNED_FAST_COMPILE` (an eager gradient's programs always do).
 
     With `filter=True`, an eager `jax.grad` or `jax.vjp` of a caller
     (`_eager_reverse_mode`) gets the options too: `fn` is then a
@@ -204,12 +204,12 @@ def run_once_jit(
 
     @functools.cache
     def jitted(top_level: bool) -> Callable:
-        options = compile_options(pinned=pinned) if top_level else None
+        options = compile_options() if top_level else None
         return (eqx.filter_jit if filter else jax.jit)(fn, compiler_options=options, **jit_kwargs)
 
     @functools.cache
     def programs(top_level: bool) -> tuple[Callable, Callable]:
-        options = compile_options(pinned=False) if top_level else None
+        options = compile_options() if top_level else None
 
         def forward(diff, rest):
             """fn's array outputs, its other outputs (static) and its linearisation in
@@ -283,5 +283,4 @@ def run_once_jit(
             return reverse(args, kwargs)
         return jitted(at_top_level())(*args, **kwargs)
 
-    call.pinned = pinned
     return call

@@ -97,7 +97,7 @@ def _measures_compile_fast(positions, velocities, masses, weights, centre, units
     return w is not None or method != "mesh" or mesh_compiles_fast(positions.shape[0])
 
 
-@functools.partial(run_once_jit, static_argnames=("method",), fast_compile=_measures_compile_fast, pinned=False)
+@functools.partial(run_once_jit, static_argnames=("method",), fast_compile=_measures_compile_fast)
 def _measures(positions, velocities, masses, weights, centre, units, w, method):
     """`summary_figures`' sums, half-mass radius and Q in one program (eager,
     each operation would be a small program of its own to trace and look up;
