@@ -58,9 +58,11 @@ against 0.29-0.31 s, LIMEPY `ra` 0.93-0.96 against 0.86-0.91 s and EFF
 1.49-1.53 against 1.32-1.45 s; at n = 1e5 the gravoturbulent stars, whose
 nested-mesh W is a heavy pair loop, 1.33-1.40 against 1.17-1.22 s. The first
 call, which is what a run-once program is for, is sooner at every size
-measured: at 1e6 Plummer 1.55 / 1.73 against 1.82 / 1.88 s, King 2.47 / 2.60
-against 2.87 / 3.02 s; the stars at 1e5 6.6-7.0 against 7.9-8.1 s; the
-fractal at 2e5 7.84 against 8.31 s (and 9.22 s with XLA's defaults). (A user
+measured, or within noise: at 1e6 Plummer 1.55 / 1.73 against 1.82 / 1.88 s,
+King 2.47 / 2.60 against 2.87 / 3.02 s, multi-mass King 4.29 / 4.29 against
+5.33 / 5.00 s, LIMEPY `ra` 4.99 / 5.53 against 5.26 / 5.87 s, EFF 5.16 / 6.89
+against 5.19 / 6.16 s (noise); the stars at 1e5 6.6-7.0 against 7.9-8.1 s;
+the fractal at 2e5 7.84 against 8.31 s (and 9.22 s with XLA's defaults). (A user
 who builds many large clusters eagerly in a loop can `jax.jit` the builder:
 inside a user's `jit` the user's options apply.) The outputs change in the
 last bits only (n = 300, key 0: velocities within 2.3e-14 of the largest
