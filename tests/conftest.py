@@ -16,8 +16,9 @@ import tempfile
 # And LLVM at optimisation level 1, not XLA's default: the suite runs small
 # programs once, and at its default level LLVM spends seconds on small static shapes
 # (`gravoturb.star_builder(n=300, grid=16)` compiled in 6.1-7.8 s, 1.9-2.0 s at
-# level 1; grid=32 3.0-3.1 s against 1.9 s). Also test-only: users' programs
-# run at the default level.
+# level 1; grid=32 3.0-3.1 s against 1.9 s). Test-only for the whole process:
+# a user's own `jit` runs at the default level (the library's run-once
+# programs take level 1 themselves, `progenax._compile.FAST_COMPILE`).
 TEST_ONLY_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=1")
 if os.environ.get("PROGENAX_TEST_XLA_FLAGS") != "default":
     _flags = os.environ.get("XLA_FLAGS", "")
