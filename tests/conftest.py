@@ -113,22 +113,24 @@ def pytest_unconfigure(config):
 # loadfile`) in collection order (`--no-loadscope-reorder` in the Makefile; its
 # default order, most tests first, started the two single-test sharding files,
 # two minutes each, last of all). Longest first leaves the shortest files to even
-# out the two workers' ends. Seconds per file on the 2-core machine (junit
-# times of `make test`, 2026-12-05), heaviest first; the rest keep their order.
+# out the two workers' ends. Seconds per file on the 2-core machine (the sum of
+# `--durations=0` per file in `CI=true PYTEST_ADDOPTS=--durations=0 bash .ci/run`,
+# an Intel AVX-512 machine, 2026-12-06), heaviest first; the rest keep their order.
 LONGEST_FILES = (
-    "tests/test_audit.py",  # 139 s
-    "tests/sharding/test_builders.py",  # 123 s
-    "tests/diagnostics/test_energy.py",  # 115 s
-    "tests/sph/test_density.py",  # 103 s
-    "tests/sph/test_relax.py",  # 99 s
-    "tests/sharding/test_fractal.py",  # 95 s
-    "tests/builders/test_output_hashes.py",  # 83 s
-    "tests/test_eff_builder.py",  # 60 s
-    "tests/neighbours/test_engine.py",  # 58 s
-    "tests/test_fractal.py",  # 57 s
-    "tests/profiles/test_king.py",  # 52 s
-    "tests/test_cli.py",  # 50 s
-    "tests/test_examples.py",  # 49 s
+    "tests/test_audit.py",  # 141 s
+    "tests/sharding/test_builders.py",  # 120 s
+    "tests/sharding/test_fractal.py",  # 104 s
+    "tests/diagnostics/test_energy.py",  # 96 s
+    "tests/sph/test_relax.py",  # 79 s
+    "tests/sph/test_density.py",  # 67 s
+    "tests/test_eff_builder.py",  # 48 s
+    "tests/neighbours/test_engine.py",  # 44 s
+    "tests/profiles/test_king.py",  # 36 s
+    "tests/test_fractal.py",  # 35 s
+    "tests/builders/test_output_hashes.py",  # 33 s
+    "tests/sph/test_pairs.py",  # 32 s
+    "tests/test_cli.py",  # 31 s
+    "tests/test_examples.py",  # 28 s
 )
 
 
