@@ -48,6 +48,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._sort import float_order
 from .._types import Array, ArrayLike, Key
 from ..sampling import uniform_open
 from ..units import Units, physical_units
@@ -229,7 +230,7 @@ def _pair_sorted(key: Key, a: Array, b: Array, m_sort: Array, ordered: bool) -> 
     above = stars > m_sort
     # Keys below 0 come first: -m (heaviest first) or r - 1 (at random) above m_sort.
     sort_key = jnp.where(above, -stars if ordered else r - 1.0, r)
-    pooled = stars[jnp.argsort(sort_key)].reshape(-1, 2)
+    pooled = stars[float_order(sort_key)].reshape(-1, 2)
     pooled = pooled[jax.random.permutation(k_shuffle, pooled.shape[0])]
     return jnp.max(pooled, axis=1), jnp.min(pooled, axis=1)
 

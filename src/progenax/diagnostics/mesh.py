@@ -132,7 +132,7 @@ import numpy as np
 from jax.scipy.special import erf
 
 from .._mesh import ring_permutation, vary_like
-from .._sort import largest_passing, radial_order
+from .._sort import float_order, largest_passing, sortable
 from .._types import Array, Masses, Positions, Scalar
 from ..neighbours import build_cell_list, candidate_counts, layout_for, make_pair_sum, safe_distance
 from .ring import held_value, ring_mass_inside
@@ -685,10 +685,10 @@ class _OneDevice:
         r"""The values of ranks `ranks` (R,) of each column of `values` (n, C):
         (R, C), exactly one of the values each, with a sort's gradient
         (`ring.held_value`). Each column's floats are sorted as ordered
-        unsigned integers (`_sortable`): XLA's CPU sort of one integer array
+        unsigned integers (`sortable`): XLA's CPU sort of one integer array
         is about four times faster than its sort of floats, which must order
         NaNs (n = 1e6, three columns: 150 ms against 670 ms for `jnp.median`)."""
-        keys = _sortable(jax.lax.stop_gradient(values))
+        keys = sortable(jax.lax.stop_gradient(values))
         at = jnp.stack([jnp.sort(keys[:, c])[ranks] for c in range(values.shape[1])], axis=1)
         return held_value(keys, at, values, _OneDevice.total)
 
@@ -701,10 +701,10 @@ class _OneDevice:
     @staticmethod
     def shells(r2, inside, m_out):
         """The outside stars' radial order (the inside ones first) and the
-        outside mass strictly inside each, in that order (`radial_order`:
+        outside mass strictly inside each, in that order (`float_order`:
         distinct radii within 2e-10 relative of each other may keep their
         index order, a change of W far below its round-off)."""
-        order = radial_order(jnp.where(inside, 0.0, r2))
+        order = float_order(jnp.where(inside, 0.0, r2))
         m_sorted = m_out[order]
         return order, jnp.cumsum(m_sorted) - m_sorted
 
@@ -754,19 +754,6 @@ class _Shares(NamedTuple):
         return self.total(_ring_pairs(positions, masses, own, r_s, reach, cutoff, self.axis_name, self.n_devices))
 
 
-def _sortable(values):
-    """Unsigned integers in the order of the float `values` (negative floats
-    have their magnitude bits flipped, and the sign bit moves to the top)."""
-    bits = {jnp.dtype(jnp.float32): (jnp.int32, jnp.uint32), jnp.dtype(jnp.float64): (jnp.int64, jnp.uint64)}
-    signed, unsigned = bits[jnp.dtype(values.dtype)]
-    raw = jax.lax.bitcast_convert_type(values, signed)
-    top = jnp.iinfo(signed).max
-    ordered = jnp.where(raw < 0, raw ^ top, raw)
-    return jax.lax.bitcast_convert_type(ordered, unsigned) ^ (
-        jnp.asarray(1, unsigned) << (8 * values.dtype.itemsize - 1)
-    )
-
-
 def order_statistics(values, ranks, shares: _Shares):
     r"""The values of ranks `ranks` (R,) (0-based, ascending) of each column
     of `values` (n, C), over the whole set of `shares`: (R, C).
@@ -777,7 +764,7 @@ def order_statistics(values, ranks, shares: _Shares):
     integers, so the result is one of the values exactly. Its gradient goes
     to the stars holding it (shared equally among ties), as a sort's would
     (`ring.held_value`)."""
-    keys = _sortable(jax.lax.stop_gradient(values))
+    keys = sortable(jax.lax.stop_gradient(values))
     ranks = ranks[:, None]
 
     def accept(t):

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .._mesh import ring_permutation
-from .._sort import radial_order
+from .._sort import float_order
 from .._types import Array
 
 
@@ -32,7 +32,7 @@ def ring_mass_inside(r2: Array, masses: Array, axis_name: str, n_devices: int) -
     `(order, r2[order], inside)`, `inside` in that sorted order (own stars at
     exactly the same radius: the earlier in the order counts as inside;
     other devices' stars there count as outside, a set of measure zero)."""
-    order = radial_order(r2)
+    order = float_order(r2)
     r2_sorted, m_sorted = r2[order], masses[order]
     cumulative = jnp.cumsum(m_sorted)
     receive_from_next = ring_permutation(n_devices, -1)

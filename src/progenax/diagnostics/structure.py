@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._sort import float_order
 from .._types import Array, ArrayLike, Key, Scalar
 from ..validation import check_static_int
 
@@ -335,7 +336,7 @@ def mass_segregation_ratio_jax(
     _check_msr(n, n_massive, n_random)
     if projected:
         positions = positions[:, [a for a in range(3) if a != los]]
-    massive = jnp.argsort(-jax.lax.stop_gradient(masses))[:n_massive]
+    massive = float_order(-masses)[:n_massive]
     l_massive = mst_length_jax(positions[massive])
     keys = jax.random.split(key, n_random)
     sets = jax.vmap(lambda k: jax.random.permutation(k, n)[:n_massive])(keys)

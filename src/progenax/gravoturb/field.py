@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._sort import float_order, inverse_permutation
 from .._types import Array, ArrayLike, Key
 
 GRID_MIN = 8
@@ -91,8 +92,7 @@ def mid_rank_uniforms(values: Array) -> tuple[Array, Array]:
     """
     flat = jax.lax.stop_gradient(values).reshape(-1)
     size = flat.shape[0]
-    order = jnp.argsort(flat)
-    ranks = jnp.zeros((size,), jnp.int32).at[order].set(jnp.arange(size, dtype=jnp.int32))
+    ranks = inverse_permutation(float_order(flat))
     dtype = values.dtype
     u = (ranks.astype(dtype) + 0.5) / size
     u_complement = ((size - ranks).astype(dtype) - 0.5) / size

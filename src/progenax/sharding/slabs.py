@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._sort import float_order, inverse_permutation
 from .._types import Array
 from ..validation import check_static_int, error_if
 
@@ -105,8 +106,7 @@ def decompose(
     coord = jax.lax.stop_gradient(slab_coordinate(positions, axis, box))
     index = jnp.arange(n, dtype=jnp.int32)
     if bounds is None:
-        _, by_rank = jax.lax.sort((coord, index), num_keys=2)
-        rank = jnp.zeros(n, jnp.int32).at[by_rank].set(index, unique_indices=True)
+        rank = inverse_permutation(float_order(coord))
         # Device d starts at rank ceil(d N / D) (Python ints: no overflow at any N).
         firsts = np.array([-(-d * n // n_devices) for d in range(1, n_devices)], np.int32)
         device = jnp.searchsorted(jnp.asarray(firsts), rank, side="right").astype(jnp.int32)

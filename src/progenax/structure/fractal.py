@@ -106,7 +106,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._mesh import check_divides, ring_permutation, vary_like
-from .._sort import largest_passing
+from .._sort import float_order, largest_passing
 from .._types import Array, ArrayLike, Key
 from ..diagnostics.ring import ring_mass_inside
 from ..profiles.plummer import plummer_sample_radii, plummer_scale_radius
@@ -518,7 +518,7 @@ def remap_to_plummer(positions: Array, masses: Array, r_h: Array, iterations: in
     a = plummer_scale_radius(r_h)
 
     def fractions(r2):
-        order = jnp.argsort(r2)
+        order = float_order(r2)
         m_sorted = masses[order]
         return order, (jnp.cumsum(m_sorted) - 0.5 * m_sorted) / jnp.sum(m_sorted)
 

@@ -21,7 +21,7 @@ instead of n picks from a shrinking list; intermediate S are not numerically the
 same as McLuster's. The forward output is an exact permutation of the orbits:
 the sampled set of positions and velocities is unchanged, and any gradient with
 respect to parameters that shaped the orbits (r_h, Q, ...) or masses (alpha)
-flows through the values (argsort only decides who gets which orbit).
+flows through the values (the order only decides who gets which orbit).
 
 **Gradient with respect to S: a smooth relaxation of the ranking.** The
 permutation is piecewise constant in S. The relaxed rank of star i is
@@ -62,8 +62,13 @@ pc at S = 0, 1.53 at S = 0.5, 2.17 at S = 0.9 for that sphere). The factor is
 differentiable (sorted values, as everywhere here); `keep_half_mass_radius=False`
 returns the plain reassignment.
 
-Cost: two sorts and an (n, 128) array of neighbour sigmoids for the relaxed rank,
-about 100 MB in float64 at n = 1e5 (and as much again for its gradient).
+Cost: four sorts (radii, energies, masses, keys), each of one packed integer
+key (`progenax._sort.float_order`: 35 ms at n = 1e6 against 230 ms for
+`jnp.argsort` of float64), the rank as the keys' inverse permutation (a
+scatter, not a second sort), and an (n, 128) array of neighbour sigmoids for
+the relaxed rank, about 100 MB in float64 at n = 1e5 (and as much again for
+its gradient). A Plummer build of 1e6 stars at S = 0.5 takes 0.93 s (2.56 s
+with `jnp.argsort`; 0.19-0.47 s unsegregated; AMD EPYC, 2 cores).
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._sort import float_order, inverse_permutation
 from .._types import Array, ArrayLike, Key, Masses, Positions, Velocities
 from ..diagnostics.radii import half_mass_radius
 from ..units import G_PHYSICAL
@@ -120,7 +126,7 @@ def specific_energies(positions: Positions, velocities: Velocities, total_mass, 
     r2 = jnp.sum((positions - centre) ** 2, axis=-1)
     r = jnp.sqrt(jnp.where(r2 > 0, r2, 1.0))
     r = jnp.where(r2 > 0, r, jnp.finfo(r.dtype).tiny ** 0.25)
-    order = jnp.argsort(r)
+    order = float_order(r)
     r_sorted = r[order]
     inv = 1.0 / r_sorted
     outside = jnp.cumsum(inv[::-1])[::-1] - inv  # sum over stars further out
@@ -130,15 +136,16 @@ def specific_energies(positions: Positions, velocities: Velocities, total_mass, 
     return 0.5 * jnp.sum(velocities**2, axis=-1) + phi
 
 
-def soft_rank(keys: Array, width: Array) -> Array:
+def soft_rank(keys: Array, width: Array, order: Array | None = None) -> Array:
     """Relaxed rank sum_{l != i} sigmoid((k_i - k_l) / width), over 64 neighbours a side.
 
     Neighbours are taken in sorted key order; the pairs further apart differ by
     more than 64 key spacings and contribute their hard value (0 or 1), which is
-    what the sorted position already counts.
+    what the sorted position already counts. `order`: the order that sorts the
+    keys, when the caller has it (default: `float_order` of the keys).
     """
     n = keys.shape[0]
-    order = jnp.argsort(jax.lax.stop_gradient(keys))
+    order = float_order(keys) if order is None else order
     ks = keys[order]
     w = min(SOFT_RANK_WINDOW, n - 1)
     offsets = jnp.concatenate([jnp.arange(-w, 0), jnp.arange(1, w + 1)])
@@ -211,17 +218,18 @@ def apply_segregation(
     x = positions - centre
     m = jax.lax.stop_gradient(masses)
     energy = jax.lax.stop_gradient(specific_energies(x, velocities, jnp.sum(m), G, jnp.zeros(3, dtype)))
-    by_energy = jnp.argsort(energy)  # most bound orbit first
-    mass_order = jnp.argsort(-m)
+    by_energy = float_order(energy)  # most bound orbit first
+    mass_order = float_order(-m)
     q = jnp.zeros(n, dtype).at[mass_order].set((jnp.arange(n, dtype=dtype) + 0.5) / n)
     u = jax.random.uniform(key, (n,), dtype)
     keys = S * q + (1.0 - S) * u
-    hard = jnp.argsort(jnp.argsort(jax.lax.stop_gradient(keys)))
+    key_order = float_order(keys)
+    hard = inverse_permutation(key_order)
     orbit = by_energy[hard]
     x_new = x[orbit]
     v_new = velocities[orbit]
     # Straight-through relaxation: zero in value, the soft-rank slope in tangent.
-    relaxed = soft_rank(keys, jnp.asarray(temperature, dtype) / n)
+    relaxed = soft_rank(keys, jnp.asarray(temperature, dtype) / n, key_order)
     t = jnp.clip((relaxed + 0.5) / n, 0.5 / n, 1.0 - 0.5 / n)
     x_sg = jax.lax.stop_gradient(x[by_energy])
     v_sg = jax.lax.stop_gradient(velocities[by_energy])
