@@ -83,8 +83,9 @@ class Dehnen(AbstractClusterModel):
         r, a, g = jnp.asarray(r), self.scale_radius, jnp.asarray(self.gamma)
         pos, L = _log_x(r, a)
         r_s = jnp.where(pos, r, a)
-        # r^-g (r + a)^(g-4) = e^(-g L) / (r + a)^4
-        rho = (3.0 - g) * self.total_mass * a * jnp.exp(-g * L) / (4.0 * np.pi * (r_s + a) ** 4)
+        # r^-g (r + a)^(g-4) = e^(-g L) (a / (r + a))^4 / a^4: (r + a)^4 itself
+        # overflows float32 beyond r ~ 1e9 a, inside the DF's grid (to e^36 r_h).
+        rho = (3.0 - g) * self.total_mass / (4.0 * np.pi * a**3) * jnp.exp(-g * L) * (a / (r_s + a)) ** 4
         centre = jnp.where(g > 0, jnp.inf, 3.0 * self.total_mass / (4.0 * np.pi * a**3))
         return jnp.where(pos, rho, centre)
 

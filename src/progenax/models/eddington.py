@@ -148,15 +148,33 @@ def _psi(model, x: Array) -> tuple[Array, Array]:
     return jax.jvp(lambda y: -model.potential(r_h * jnp.exp(y)), (x,), (jnp.ones_like(x),))
 
 
-def _psi_and_drho_dpsi(model, x: Array, density) -> tuple[Array, Array]:
-    r"""$\Psi$ and $D = d\rho/d\Psi = \rho_x/\Psi_x$ at $x$ (D = 0 where $\Psi_x$ underflows).
+def _psi_and_drho_dpsi(model, x: Array, density) -> tuple[Array, Array, Array]:
+    r"""$\Psi$, $D = d\rho/d\Psi = \rho_x/\Psi_x$ and $D_x = (\rho_{xx} - D\,\Psi_{xx})/\Psi_x$
+    at $x$ (D = 0 where $\Psi_x$ underflows).
 
-    `density(r)` may stack several densities on a leading axis: D then has it too.
+    Each is divided by $\Psi_x$ once: autodiff of $\rho_x/\Psi_x$ in $x$ divides
+    by $\Psi_x^2$, and a parameter derivative of that by $\Psi_x^3$, which
+    underflows float32 in the far halo ($\Psi_x \sim 10^{-14}$ (km/s)$^2$ at
+    $e^{33} r_h$) and made the DF's gradient NaN. `density(r)` may stack
+    several densities on a leading axis: D and $D_x$ then have it too.
     """
     r_h = jnp.asarray(model.r_h, x.dtype)
-    _, rho_x = jax.jvp(lambda y: density(r_h * jnp.exp(y)), (x,), (jnp.ones_like(x),))
-    psi, psi_x = _psi(model, x)
-    return psi, safe_divide(rho_x, psi_x)
+    ones = jnp.ones_like(x)
+    # Where the model's density underflows (float32 beyond ~e^25 r_h) D and D_x
+    # are 0, taken at x = 0 (double where): the reverse pass of the DF, whose
+    # cotangents there reach 1e17, met the density's infinite partials (0 * inf).
+    alive = jax.lax.stop_gradient(model.density(r_h * jnp.exp(x)) > 0)
+    x_alive = jnp.where(alive, x, 0.0)
+
+    def rho_and_slope(y):
+        return jax.jvp(lambda z: density(r_h * jnp.exp(z)), (y,), (ones,))
+
+    (_, rho_x), (_, rho_xx) = jax.jvp(rho_and_slope, (x_alive,), (ones,))
+    (psi, psi_x), (_, psi_xx) = jax.jvp(lambda y: _psi(model, y), (x,), (ones,))
+    psi_x, psi_xx = jnp.where(alive, psi_x, -1.0), jnp.where(alive, psi_xx, 0.0)  # finite where dropped
+    D = safe_divide(rho_x, psi_x)
+    D_x = safe_divide(rho_xx - D * psi_xx, psi_x)
+    return psi, jnp.where(alive, D, 0.0), jnp.where(alive, D_x, 0.0)
 
 
 def _rsqrt_positive(a: Array) -> Array:
@@ -194,7 +212,7 @@ def df_at_radius(model, x: ArrayLike, density=None) -> Array:
     # the model's functions, differentiated twice, costs compile time.
     top = jnp.broadcast_to(jnp.asarray(x_top, dtype), x.shape + (1,))
     points = jnp.concatenate([x[..., None] + s**2, top, x[..., None]], axis=-1)
-    (psi, D), (_, D_x) = jax.jvp(lambda y: _psi_and_drho_dpsi(model, y, density), (points,), (jnp.ones_like(points),))
+    psi, D, D_x = _psi_and_drho_dpsi(model, points, density)
     psi0 = psi[..., -1:]
     integrand = -2.0 * s * D_x[..., :-2] * _rsqrt_positive(psi0 - psi[..., :-2])
     integral = span[..., 0] * jnp.sum(wts * integrand, axis=-1)

@@ -40,6 +40,7 @@ from ..profiles.eff import (
     eff_sample_radii,
     eff_scale_radius,
     eff_velocity_dispersion,
+    log1p_square,
     truncated_half_mass_unreachable,
     untruncated_gamma_floor,
 )
@@ -245,7 +246,11 @@ def _mass_table(profile: EFFProfile) -> tuple[Array, Array, Array]:
     if profile.r_t is not None:
         r = jnp.minimum(r, profile.r_t)  # the last node is r_t itself, inside
     m = _mass_fraction_series(r, profile)
-    dm = 4.0 * jnp.pi * r**3 * profile.density(r) / profile.total_mass
+    # dm/dx = 4 pi r^3 rho / M = (2 / m_t) q^3 (1 + q^2)^(-(gamma+1)/2), q = r/a, in
+    # logarithms: r^3 overflows float32 beyond 7e12 r_h, inside the table (to e^37 r_h).
+    q = r / profile.a
+    log_dm = 3.0 * jnp.log(q) - 0.5 * (profile.gamma + 1.0) * log1p_square(q)
+    dm = 2.0 / profile.density_norm * jnp.exp(log_dm)
     return step, m, dm
 
 

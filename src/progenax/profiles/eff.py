@@ -188,6 +188,18 @@ def _one_minus_exp_over(z: Array) -> Array:
     return jnp.where(small, 1.0 - z / 2.0 + z**2 / 6.0, -jnp.expm1(-z_safe) / z_safe)
 
 
+def log1p_square(q: Array) -> Array:
+    """ln(1 + q^2) for q >= 0, as softplus(2 ln q), so that every derivative
+    stays finite: autodiff's second derivative of `jnp.log1p(q**2)` holds
+    (1 + q^2)^2, which overflows float32 from q ~ 4e9, where the density
+    (q^-(gamma+1)) is still above float32's smallest normal and the generic
+    Eddington inversion differentiates it twice. 0 at q = 0, with a zero
+    derivative there (double where)."""
+    pos = q > 0
+    log_q = jnp.log(jnp.where(pos, q, 1.0))
+    return jnp.where(pos, jax.nn.softplus(2.0 * log_q), 0.0)
+
+
 def _angles(q: Array) -> tuple[Array, Array, Array]:
     """sqrt(x), sqrt(y), ln y for q = r/a >= 0 (atan2 keeps both ends accurate)."""
     one = jnp.ones_like(q)
@@ -295,7 +307,7 @@ def eff_density(
     gamma, r_t, a, total_mass = _checked(gamma, r_t, a=a, total_mass=total_mass)
     m_t = _density_norm(gamma, a, r_t) if norm is None else norm
     q = jnp.asarray(r) / a
-    rho = total_mass / (2.0 * jnp.pi * a**3 * m_t) * jnp.exp(-0.5 * (gamma + 1.0) * jnp.log1p(q**2))
+    rho = total_mass / (2.0 * jnp.pi * a**3 * m_t) * jnp.exp(-0.5 * (gamma + 1.0) * log1p_square(q))
     return rho if r_t is None else jnp.where(jnp.asarray(r) <= r_t, rho, 0.0)
 
 
