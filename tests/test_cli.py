@@ -226,6 +226,28 @@ def test_mcluster_flags_reach_the_builder(tmp_path, capsys, monkeypatch, small_c
         assert str(value) == text or float(value) == float(text)
 
 
+ROTATION_FLAGS = [
+    (["plummer", "--rotation", "0.5", "--rotation-scale", "2"], "plummer", dict(rotation=0.5, rotation_scale=2.0)),
+    (["dehnen", "--gamma", "1", "--rotation", "-1"], "dehnen", dict(rotation=-1.0)),
+    (["king", "--mass-bins", "3", "--rotation", "1"], "king_builder", dict(mass_bins=3, rotation=1.0)),
+]
+
+
+@pytest.mark.parametrize("argv, builder, expected", ROTATION_FLAGS)
+def test_rotation_flags_reach_the_spherical_builders(
+    tmp_path, capsys, monkeypatch, small_cluster, argv, builder, expected
+):
+    # Every spherical builder takes rotation= and rotation_scale=; the command
+    # line had no flag for them.
+    calls = _spy_builders(monkeypatch, small_cluster)
+    code, _, err = _run(capsys, "build", *argv, "-o", tmp_path / "c.npz")
+    assert code == 0, err
+    [(name, kwargs)] = calls
+    assert name == builder and {k: kwargs[k] for k in expected} == expected
+    code, _, err = _run(capsys, "build", "fractal", "--rotation", 0.5, "-o", tmp_path / "f.npz")
+    _assert_usage_error(code, err, "--rotation", "fractal", "--D")
+
+
 def test_mcluster_imf_flags_make_the_imf(tmp_path, capsys, monkeypatch, small_cluster):
     # -f 2 -a -m: a user multi-power law; and the Chabrier (2003) log-normal.
     from progenax.imf import ChabrierIMF, PowerLawIMF
@@ -545,7 +567,7 @@ def test_gravoturb_recipe_round_trip(tmp_path, capsys):
     _same_arrays(pio.read(first), pio.read(tmp_path / "again.h5"))
 
 
-def test_cloud_builds_sph_gas_and_rebuilds_it_from_its_recipe(tmp_path, capsys):
+def test_cloud_builds_sph_gas_and_rebuilds_it_from_its_recipe(tmp_path, capsys, small_cluster):
     # The cloud model is gravoturb.cloud_builder's SPH gas: its flags reach the builder,
     # the file keeps the gas arrays, and `info` prints the command that rebuilds it.
     first = tmp_path / "gas.h5"
@@ -567,6 +589,17 @@ def test_cloud_builds_sph_gas_and_rebuilds_it_from_its_recipe(tmp_path, capsys):
     _same_arrays(gas, again)
     for name in ("internal_energy", "smoothing_length"):
         assert np.array_equal(np.asarray(getattr(gas, name)), np.asarray(getattr(again, name))), name
+    # Stars and gas in one Gadget file (docs/gravoturb.md): info and plot read one
+    # PartType, chosen with --particle-type (the reader's error names the flag).
+    both = tmp_path / "both.hdf5"
+    pio.write(small_cluster, both, format="gadget", gas=gas)
+    code, _, err = _run(capsys, "info", both, "--format", "gadget")
+    assert code != 0 and "--particle-type" in err
+    code, out, err = _run(capsys, "info", both, "--format", "gadget", "--particle-type", 4)
+    assert code == 0, err
+    assert f"{small_cluster.n:,}" in out or str(small_cluster.n) in out
+    code, _, err = _run(capsys, "info", first, "--particle-type", 0)
+    _assert_usage_error(code, err, "--particle-type", "gadget")
 
 
 @pytest.mark.parametrize(

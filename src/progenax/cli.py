@@ -137,6 +137,26 @@ FORMAT_HELP = (
 )
 
 
+def _add_particle_type_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--particle-type",
+        type=int,
+        choices=range(6),
+        default=None,
+        metavar="K",
+        help="gadget/swift: the PartType group to read (0 gas, 4 stars; default: the only one filled)",
+    )
+
+
+def _read(args: argparse.Namespace):
+    """The file of `info` or `plot`, with `--particle-type` for a Gadget/SWIFT file."""
+    if args.particle_type is None:
+        return pio.read(args.path, format=args.format)
+    if args.format not in ("gadget", "swift"):
+        raise UsageError(f"--particle-type applies to --format gadget or swift, not {args.format or 'our own schema'}")
+    return pio.read(args.path, format=args.format, particle_type=args.particle_type)
+
+
 def _formats() -> tuple[str, ...]:
 
     return pio.FORMATS
@@ -218,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = _subcommand(sub, "info", "summarise a cluster file and print the command that rebuilds it")
     i.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
     i.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
+    _add_particle_type_flag(i)
     _add_cache_flag(i)
     i.set_defaults(func=_cmd_info)
 
@@ -225,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
     p.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
     p.add_argument("-o", "--output", type=_png_path, default=None, help="PNG to write (default: next to the file)")
+    _add_particle_type_flag(p)
     _add_cache_flag(p)
     p.set_defaults(func=_cmd_plot)
 
@@ -420,6 +442,16 @@ def _add_structure_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--delta", type=float, default=None, help="king, limepy with --mass-bins: velocity-scale index in [0, 2]"
     )
+    group = parser.add_argument_group("net rotation (spherical models)")
+    group.add_argument(
+        "--rotation",
+        type=float,
+        default=None,
+        help="k in [-1, 1]: each star's L_z is prograde with probability (1 + k tanh(|L_z|/L_0))/2 (default: none)",
+    )
+    group.add_argument(
+        "--rotation-scale", type=float, default=None, help="with --rotation: L_0 in pc km/s (default 0: (1 + k)/2)"
+    )
 
 
 def _add_imf_flags(parser: argparse.ArgumentParser) -> None:
@@ -504,7 +536,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_info(args: argparse.Namespace) -> int:
 
-    ic = pio.read(args.path, format=args.format)
+    ic = _read(args)
     print(f"{'file':<17} {args.path}")
     print(pio.format_summary(ic, pio.stored_summary(args.path, format=args.format)))
     recipe, version = recipes.recipe_of(args.path, format=args.format)
@@ -517,7 +549,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _cmd_plot(args: argparse.Namespace) -> int:
 
-    ic = pio.read(args.path, format=args.format)
+    ic = _read(args)
     out = args.output or args.path.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
     quicklook(ic, out)

@@ -301,7 +301,10 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
             if not filled:
                 raise ValueError(f"{str(path)!r} holds no particles (no PartType group with Coordinates)")
             if len(filled) != 1:
-                raise ValueError(f"{str(path)!r} holds particles of types {filled}; pass particle_type= to choose one")
+                raise ValueError(
+                    f"{str(path)!r} holds particles of types {filled}; pass particle_type= to choose one "
+                    "(progenax info and plot: --particle-type)"
+                )
             ptype = filled[0]
         else:
             ptype = _check_particle_type(particle_type)

@@ -1,7 +1,7 @@
 """Recipes: the build of a cluster as a flat dictionary, and back to a cluster.
 
 A recipe holds the keywords of the builder call (`model`, `n`, `seed`, `r_h`,
-`W0`, `segregation`, `mass_bins`, ...), the IMF (`imf` plus its own keys), the
+`W0`, `segregation`, `rotation`, `mass_bins`, ...), the IMF (`imf` plus its own keys), the
 tidal truncation (`host_mass` or `V_c` with `R`, or `r_t_tidal`; `kappa`,
 `tidal_mode`), `units` and the binary population (`binary_*`). Its keys are the
 Python keywords and, with `_` written `-`, the `progenax build` flags; a TOML
@@ -47,6 +47,8 @@ MULTIMASS = ("king", "limepy")
 
 COMMON_KEYS = ("model", "n", "seed", "Q", "units", "imf", "alpha")
 SEGREGATION_KEYS = ("segregation", "segregation_temperature")
+ROTATION_KEYS = ("rotation", "rotation_scale")
+"""The spherical builders' net rotation (`progenax.structure.rotation`)."""
 MULTIMASS_KEYS = ("mass_bins", "delta")
 FRACTAL_KEYS = ("D", "r_h", "profile")
 GRAVOTURB_KEYS = (
@@ -115,7 +117,7 @@ def model_keys(model: str) -> tuple[str, ...]:
     if model not in REGISTRY:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     own = tuple(p.name for p in REGISTRY[model].PARAMETERS)
-    return own + SEGREGATION_KEYS + (MULTIMASS_KEYS if model in MULTIMASS else ())
+    return own + SEGREGATION_KEYS + ROTATION_KEYS + (MULTIMASS_KEYS if model in MULTIMASS else ())
 
 
 def all_keys() -> tuple[str, ...]:

@@ -215,11 +215,11 @@ def format_summary(ic, figures: dict[str, Any] | None = None) -> str:
     q_note = " (stars; binaries' orbits included)" if ic.pairs is not None else ""
     if henon:
         mass_line = f"{d['mass']:.6g} (Henon units) = {d['mass'] * mass:.6g} Msun"
-        rh_line = f"{d['r_h']:.6g} (Henon units) = {d['r_h'] * length:.6g} pc (3D)"
+        rh_line = f"{d['r_h']:.6g} (Henon units) = {d['r_h'] * length:.6g} pc (3D, about the density centre)"
         units_line = f"henon: G = M = 1; length {length:.6g} pc, mass {mass:.6g} Msun, velocity {velocity:.6g} km/s"
     else:
         mass_line = f"{d['mass']:.6g} Msun"
-        rh_line = f"{d['r_h']:.6g} pc (3D)"
+        rh_line = f"{d['r_h']:.6g} pc (3D, about the density centre)"
         units_line = f"physical: pc, Msun, km/s; G = {float(ic.units.G):.10g}"
     if d["weighted"]:
         mass_line += " (weighted by membership)"
