@@ -114,3 +114,16 @@ def test_a_builder_draws_chabrier_masses_and_records_them():
     expected = imf.sample(jax.random.split(jax.random.PRNGKey(0), 5)[0], (200,))
     np.testing.assert_allclose(m, np.asarray(expected), rtol=1e-12)
     assert float(ic.params["imf_m_c"]) == 0.079 and "alpha" not in ic.params
+
+
+def test_builders_take_chabrier_by_name_with_their_alpha():
+    # imf="chabrier" is ChabrierIMF(alpha=alpha), as "kroupa" is kroupa(alpha):
+    # the command line's --imf chabrier had no Python spelling (the builders
+    # raised ValueError); the same masses and velocities bit for bit.
+    from progenax import plummer_builder
+
+    by_name = plummer_builder(jax.random.PRNGKey(0), n=200, imf="chabrier", alpha=2.7)
+    by_object = plummer_builder(jax.random.PRNGKey(0), n=200, imf=chabrier(alpha=2.7))
+    for name in ("masses", "velocities"):
+        np.testing.assert_array_equal(getattr(by_name.state, name), getattr(by_object.state, name))
+    assert float(by_name.params["imf_alpha"]) == 2.7

@@ -18,7 +18,7 @@ from .._types import Array, Key
 from ..binaries import Binaries, BinaryPopulation
 from ..diagnostics.energy import EXACT_MAX_N, kinetic_energy, potential_energy, virial_velocity_factor
 from ..diagnostics.known_energy import record_potential_energy
-from ..imf import IMF, PowerLawIMF, kroupa, salpeter
+from ..imf import IMF, ChabrierIMF, PowerLawIMF, kroupa, salpeter
 from ..models import AbstractClusterModel
 from ..state import InitialConditions, ParticleState
 from ..structure.segregation import apply_segregation
@@ -26,7 +26,7 @@ from ..units import G_PHYSICAL, check_units_name, physical_units
 from ..validation import ParameterChecks, check_count, check_scalar
 from ._binaries import with_companions
 
-IMF_CHOICES = ("kroupa", "salpeter", "equal")
+IMF_CHOICES = ("kroupa", "salpeter", "equal", "chabrier")
 
 
 def as_key(key: Key | int) -> Key:
@@ -87,9 +87,12 @@ def check_common_arguments(n, units, imf, r_h, alpha, Q) -> CommonArguments:
 
 
 def resolve_imf(imf: str | PowerLawIMF, alpha: Array) -> PowerLawIMF:
-    """The power-law IMF behind a choice ("equal" uses Kroupa(alpha)'s mean mass)."""
+    """The IMF behind a choice ("equal" uses Kroupa(alpha)'s mean mass;
+    "chabrier" is Chabrier (2003) with high-mass slope `alpha`)."""
     if isinstance(imf, IMF):
         return imf
+    if imf == "chabrier":
+        return ChabrierIMF(alpha=alpha)
     return salpeter() if imf == "salpeter" else kroupa(alpha)
 
 

@@ -52,11 +52,12 @@ def plummer_builder(
       consistency limit $0.75\,a$ (0.575 `r_h`), below which $f < 0$ and the
       call raises naming `ra`.
     - `alpha`: high-mass slope of the Kroupa (2001) IMF (0.08-100 Msun, slopes
-      1.3 / alpha, break 0.5 Msun); ignored unless `imf` is None / "kroupa" /
-      "equal".
+      1.3 / alpha, break 0.5 Msun), or of Chabrier's; ignored unless `imf` is
+      None / "kroupa" / "equal" / "chabrier".
     - `Q`: virial ratio T/|W| (> 0), or None.
-    - `imf`: None or "kroupa" (Kroupa with `alpha`), "salpeter", "equal", or any
-      `progenax.imf.PowerLawIMF`.
+    - `imf`: None or "kroupa" (Kroupa with `alpha`), "salpeter", "equal",
+      "chabrier" (`progenax.imf.ChabrierIMF(alpha=alpha)`: Chabrier 2003's
+      log-normal below 1 Msun), or any `progenax.imf.PowerLawIMF` or `ChabrierIMF`.
     - `units`: "physical" (pc, Msun, km/s) or "henon" (G = M = 1, E = -1/4 at
       Q = 1/2).
     - `segregation`: primordial mass segregation S in [0, 1), energy-ordered as
