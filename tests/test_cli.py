@@ -446,6 +446,18 @@ def test_build_and_info_in_other_formats(tmp_path, capsys, fmt, name):
 def test_unknown_extension_without_format_is_a_usage_error(tmp_path, capsys):
     code, _, err = _run(capsys, "build", "plummer", "--n", "50", "-o", str(tmp_path / "x.txt"))
     assert code == 2 and "--format" in err
+    (tmp_path / "fort.10").write_text("")
+    for command in ("info", "plot"):  # reading, too, names the flag
+        code, _, err = _run(capsys, command, str(tmp_path / "fort.10"))
+        _assert_usage_error(code, err, "--format")
+
+
+def test_an_output_under_a_file_is_refused_before_building(tmp_path, capsys, monkeypatch, small_cluster):
+    calls = _spy_builders(monkeypatch, small_cluster)
+    (tmp_path / "cluster.h5").write_text("")
+    code, _, err = _run(capsys, "build", "plummer", "-o", tmp_path / "cluster.h5" / "c.h5")
+    _assert_usage_error(code, err, "is a file, not a folder")
+    assert calls == []
 
 
 # ------------------------------------------------------------ failed writes, NaN input

@@ -148,8 +148,20 @@ def _add_particle_type_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_output_folder(path: Path) -> None:
+    """Refuse, before building, an output whose folder cannot be made: its
+    nearest existing ancestor is a file (`-o cluster.h5/c.h5`)."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"cannot write {str(path)!r}: {str(parent)!r} is a file, not a folder")
+            return
+
+
 def _read(args: argparse.Namespace):
     """The file of `info` or `plot`, with `--particle-type` for a Gadget/SWIFT file."""
+    if args.format is None:
+        _checked_format(args.path, None)  # an unknown extension: the error suggests --format
     if args.particle_type is None:
         return pio.read(args.path, format=args.format)
     if args.format not in ("gadget", "swift"):
@@ -526,6 +538,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     path = Path(args.output or recipe.pop("output", "cluster.h5"))
     recipe.pop("output", None)
     fmt = _checked_format(path, recipe.get("format"))
+    _check_output_folder(path)
     ic, full = recipes.build_from_recipe(recipe)
     figures = pio.summary_figures(ic)
     path.parent.mkdir(parents=True, exist_ok=True)

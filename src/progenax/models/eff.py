@@ -92,8 +92,12 @@ class EFF(AbstractClusterModel):
             note = UNTRUNCATED_GAMMA_NOTE.format(dtype=dtype)
             values["gamma"] = untruncated_gamma(dtype).check(checks, "gamma", values["gamma"], note)
         else:
-            bad = truncated_half_mass_unreachable(values["r_h"], values["r_t"], values["gamma"])
-            checks.condition(bad, TRUNCATED_HALF_MASS_MESSAGE)
+            r_h, r_t, gamma = values["r_h"], values["r_t"], values["gamma"]
+            bad = truncated_half_mass_unreachable(r_h, r_t, gamma)
+            message = TRUNCATED_HALF_MASS_MESSAGE
+            if not any(isinstance(v, jax.core.Tracer) for v in (r_h, r_t, gamma)):
+                message += f"; got r_h = {float(r_h):.6g}, r_t = {float(r_t):.6g}, gamma = {float(gamma):.6g}"
+            checks.condition(bad, message)
 
     @classmethod
     def from_record(cls, params: dict[str, Any], total_mass=None, G: float = G_PHYSICAL):

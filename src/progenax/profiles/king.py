@@ -320,8 +320,8 @@ def solve_king_profile(
 
 
 TOO_LARGE_MESSAGE = (
-    "W0 (or g) too large for the solver grid: the tidal radius lies beyond r_max "
-    "(1e5 King radii in the builders): lower W0 or g, or raise ra "
+    "the model has no tidal radius within the solver grid (r_max, 1e5 King radii in the builders): "
+    "W0 or g too large, or ra too small; lower W0 or g, or raise ra "
     "(solve_king_profile also takes a larger r_max)"
 )
 
