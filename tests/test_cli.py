@@ -485,6 +485,21 @@ def test_a_failed_write_is_one_line_and_keeps_the_old_file(tmp_path, capsys, mon
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["cluster.h5"]
 
 
+def test_a_write_to_a_folder_that_cannot_hold_it_exits_1_naming_the_target(tmp_path, capsys, monkeypatch):
+    # /proc, say: the writer's temporary file cannot be made. A failed write
+    # (exit 1, as docs/cli.md says), not a bad argument, and the message
+    # names the target, not the hidden temporary file.
+    def fail(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", str(tmp_path / ".c.h5.tmp"))
+
+    monkeypatch.setattr("progenax.io.write", fail)
+    code, _, err = _run(capsys, "build", "plummer", "--n", N, "-o", tmp_path / "c.h5")
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"progenax build: error: cannot write {str(tmp_path / 'c.h5')!r}: No such file or directory"
+    ]
+
+
 def test_relax_refuses_a_nan_input_in_one_line(tmp_path, capsys):
     path = tmp_path / "nan.h5"
     assert _run(capsys, "build", "plummer", "--n", N, "-o", path)[0] == 0

@@ -541,8 +541,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
     _check_output_folder(path)
     ic, full = recipes.build_from_recipe(recipe)
     figures = pio.summary_figures(ic)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pio.write(ic, path, format=fmt, recipe=full, summary=figures)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pio.write(ic, path, format=fmt, recipe=full, summary=figures)
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as err:
+        # A write that fails (exit 1), not a bad argument (exit 2, as for an input file),
+        # named by its target rather than the writer's temporary file.
+        raise OSError(f"cannot write {str(path)!r}: {err.strerror or err}") from None
     print(f"{pio.summary_line(ic, figures)} -> {path}")
     return EXIT_OK
 
