@@ -452,6 +452,14 @@ def test_unknown_extension_without_format_is_a_usage_error(tmp_path, capsys):
         _assert_usage_error(code, err, "--format")
 
 
+@pytest.mark.parametrize("fmt, name", [("gadget", "g.hdf5"), ("csv", "c.csv")])
+def test_henon_units_with_a_physical_format_are_a_usage_error(tmp_path, capsys, fmt, name):
+    # The Gadget and CSV writers convert to pc, Msun, km/s: --units henon was
+    # silently dropped while the summary line said "(Henon units)".
+    code, _, err = _run(capsys, "build", "plummer", "--units", "henon", "--format", fmt, "-o", tmp_path / name)
+    _assert_usage_error(code, err, f"--format {fmt}", "physical units", "--units henon")
+
+
 def test_an_output_under_a_file_is_refused_before_building(tmp_path, capsys, monkeypatch, small_cluster):
     calls = _spy_builders(monkeypatch, small_cluster)
     (tmp_path / "cluster.h5").write_text("")

@@ -81,6 +81,8 @@ CLOUD_KEYS = (
 )
 """`gravoturb.cloud_builder`'s keywords: the `cloud` model is SPH gas, not stars
 (no Q, IMF, units, tidal truncation, segregation or binaries)."""
+PHYSICAL_FORMATS = ("gadget", "swift", "csv")
+"""The formats whose writers convert to physical units (`ic.to_physical()`)."""
 GAS_FORMATS = ("hdf5", "npz", "gadget", "swift", "amuse")
 """The formats that keep the gas's internal energies and smoothing lengths."""
 GRAVOTURB_RENAMED = {"threshold_kappa": "kappa"}
@@ -166,6 +168,12 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
                 f"{flag(key)} applies to --imf {' or '.join(owners)}, not --imf {imf} "
                 f"(which takes {_flags(IMF_KEYS[imf]) or 'no IMF flags'})"
             )
+    fmt = recipe.get("format")
+    if recipe.get("units") == "henon" and fmt in PHYSICAL_FORMATS:
+        raise ValueError(
+            f"--format {fmt} is written in physical units (pc, Msun, km/s), not --units henon: "
+            "drop --units henon, or write hdf5/npz, nbody6/petar or amuse"
+        )
     if imf == "power-law" and not {"imf_slopes", "imf_breaks"} <= set(recipe):
         raise ValueError("--imf power-law needs --imf-slopes (K slopes) and --imf-breaks (K + 1 masses, Msun)")
     _check_tidal(recipe)
