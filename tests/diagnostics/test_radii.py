@@ -28,6 +28,26 @@ def test_lagrangian_radii_match_a_numpy_reference(projected):
     np.testing.assert_allclose(got, _reference_radii(x, m, fractions, centre, projected), rtol=1e-12)
 
 
+def test_stars_of_zero_weight_change_no_lagrangian_radius():
+    # A traced binary build keeps its absent companions as weight-0 slots: they
+    # made interpolation knots of their own, so a jitted build's r_h differed
+    # from the eager one's (1.0530314 against 1.0530357) and so did its gradient.
+    # Now the radii and the gradient in the other stars' masses are those
+    # without them (the same knots, so to round-off: 1e-12), the innermost
+    # and outermost fractions included (zero-weight stars inside the first
+    # and beyond the last star of positive weight).
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(5), 3)
+    x = jax.random.normal(k1, (1000, 3))
+    m = jax.random.uniform(k2, (1000,), minval=0.1, maxval=3.0)
+    extra = jnp.concatenate([jax.random.normal(k3, (500, 3)) * 2.0, jnp.zeros((1, 3)), jnp.full((1, 3), 40.0)])
+    x0, m0 = jnp.concatenate([x, extra]), jnp.concatenate([m, jnp.zeros(502)])
+    fractions = jnp.array([1e-5, 0.1, 0.5, 0.9, 1.0 - 1e-5])
+    radii = lambda x, m: lagrangian_radii(x, m, fractions, centre=jnp.zeros(3))  # noqa: E731
+    np.testing.assert_allclose(radii(x0, m0), radii(x, m), rtol=1e-12)
+    g0 = jax.grad(lambda m: radii(x0, m)[2])(m0)[:1000]
+    np.testing.assert_allclose(g0, jax.grad(lambda m: radii(x, m)[2])(m), rtol=1e-12, atol=1e-15)
+
+
 def test_half_mass_radius_gradient_is_finite_with_a_star_at_the_centre():
     x = jax.random.normal(jax.random.PRNGKey(4), (101, 3)).at[0].set(0.0)
     m = jnp.ones(101)

@@ -9,6 +9,7 @@ two stars that straddle the mass fraction.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from .._sort import sort_by_radius
@@ -24,13 +25,20 @@ def squared_radii(positions: Positions, centre: Array) -> Array:
 
 
 def _weighted_quantile(r2: Array, weights: Array, fractions: Array) -> Array:
-    """Radii (square roots of the non-negative `r2`) enclosing `fractions` of the `weights`."""
+    """Radii (square roots of the non-negative `r2`) enclosing `fractions` of the
+    `weights`. Stars of weight 0 (a traced binary build's absent companions,
+    a layout's padding) are no interpolation points, as in
+    `ring.ring_weighted_quantiles`: each takes the knot of the nearest star
+    of positive weight before it in radius (after it, for those inside the first)."""
     r2_sorted, w = sort_by_radius(r2, weights)
     radii = safe_sqrt(r2_sorted)
     # Mid-point cumulative fraction of each star: symmetric, so the quantile of
     # a fraction f and 1-f mirror each other.
     cum = (jnp.cumsum(w) - 0.5 * w) / jnp.sum(w)
-    return jnp.interp(fractions, cum, radii)
+    index = jnp.arange(w.shape[0])
+    before = jax.lax.cummax(jnp.where(w > 0, index, -1))
+    knot = jnp.where(before >= 0, before, jnp.argmax(w > 0))
+    return jnp.interp(fractions, cum[knot], radii[knot])
 
 
 def lagrangian_radii(
