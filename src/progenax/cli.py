@@ -326,7 +326,7 @@ EXAMPLES = {
     "relax": "example:\n  progenax relax cluster.h5 -o relaxed.h5 --steps 200 --plot relax.png",
     "audit": "example:\n  progenax audit",
     "fit": """example:
-  progenax build plummer --n 2000 --format csv -o stars.csv
+  progenax build plummer --n 2000 --Q none --format csv -o stars.csv
   progenax fit stars.csv --format csv --model plummer --num-warmup 300 --num-samples 300
   (writes stars_fit_posterior.nc, stars_fit_summary.txt and stars_fit_corner.png)""",
     "demo": "example:\n  progenax demo --output-dir demo_output --n 10000",
