@@ -493,19 +493,32 @@ def test_a_failed_write_is_one_line_and_keeps_the_old_file(tmp_path, capsys, mon
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["cluster.h5"]
 
 
-def test_a_write_to_a_folder_that_cannot_hold_it_exits_1_naming_the_target(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("command", ["build", "relax", "demo"])
+def test_a_write_to_a_folder_that_cannot_hold_it_exits_1_naming_the_target(command, tmp_path, capsys, monkeypatch):
     # /proc, say: the writer's temporary file cannot be made. A failed write
     # (exit 1, as docs/cli.md says), not a bad argument, and the message
-    # names the target, not the hidden temporary file.
+    # names the target, not the hidden temporary file (relax and demo exited
+    # 2 naming it).
+    source = tmp_path / "in.h5"
+    if command == "relax":
+        assert _run(capsys, "build", "plummer", "--n", N, "-o", source)[0] == 0
+    target = tmp_path / ("cluster.h5" if command == "demo" else "c.h5")
+
     def fail(*args, **kwargs):
-        raise FileNotFoundError(2, "No such file or directory", str(tmp_path / ".c.h5.tmp"))
+        raise FileNotFoundError(2, "No such file or directory", str(tmp_path / f".{target.name}.tmp"))
 
     monkeypatch.setattr("progenax.io.write", fail)
-    code, _, err = _run(capsys, "build", "plummer", "--n", N, "-o", tmp_path / "c.h5")
-    assert code == 1
-    assert err.strip().splitlines() == [
-        f"progenax build: error: cannot write {str(tmp_path / 'c.h5')!r}: No such file or directory"
-    ]
+    arguments = {
+        "build": ("plummer", "--n", N, "-o", target),
+        "relax": (source, "-o", target, "--steps", 1),
+        "demo": ("--n", N, "--output-dir", tmp_path),
+    }[command]
+    code, _, err = _run(capsys, command, *arguments)
+    assert code == 1 and "Traceback" not in err
+    # The last line: relax's progress bar goes to stderr before it.
+    assert err.strip().splitlines()[-1] == (
+        f"progenax {command}: error: cannot write {str(target)!r}: No such file or directory"
+    )
 
 
 def test_relax_refuses_a_nan_input_in_one_line(tmp_path, capsys):

@@ -29,6 +29,7 @@ atomic); `audit` exits with 1 when a check fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import sys
@@ -541,15 +542,22 @@ def _cmd_build(args: argparse.Namespace) -> int:
     _check_output_folder(path)
     ic, full = recipes.build_from_recipe(recipe)
     figures = pio.summary_figures(ic)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with _writing(path):
         pio.write(ic, path, format=fmt, recipe=full, summary=figures)
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as err:
-        # A write that fails (exit 1), not a bad argument (exit 2, as for an input file),
-        # named by its target rather than the writer's temporary file.
-        raise OSError(f"cannot write {str(path)!r}: {err.strerror or err}") from None
     print(f"{pio.summary_line(ic, figures)} -> {path}")
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Create `path`'s folder, then run the write: one that fails is a failure
+    (exit 1), not a bad argument (exit 2, as for an input file that cannot be
+    read), and is named by its target rather than the writer's temporary file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as err:
+        raise OSError(f"cannot write {str(path)!r}: {err.strerror or err}") from None
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -569,8 +577,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
     ic = _read(args)
     out = args.output or args.path.with_suffix(".png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    quicklook(ic, out)
+    with _writing(out):
+        quicklook(ic, out)
     print(f"wrote {out}")
     return EXIT_OK
 
@@ -593,12 +601,12 @@ def _cmd_relax(args: argparse.Namespace) -> int:
     target = _relax_target(ic)
     relaxed = relax(ic, target=target, keep_radii=True, steps=args.steps, eta=args.eta, progress=args.progress)
     figures = pio.summary_figures(relaxed)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    pio.write(relaxed, args.output, format=out_format, summary=figures)
+    with _writing(args.output):
+        pio.write(relaxed, args.output, format=out_format, summary=figures)
     print(f"{pio.summary_line(relaxed, figures)} -> {args.output}")
     if args.plot is not None:
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        relax_before_after(ic, relaxed, args.plot, eta=args.eta, target=target)
+        with _writing(args.plot):
+            relax_before_after(ic, relaxed, args.plot, eta=args.eta, target=target)
         print(f"wrote {args.plot}")
     return EXIT_OK
 
@@ -661,11 +669,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
 
     out = args.output_dir
-    out.mkdir(parents=True, exist_ok=True)
     ic = plummer_builder(args.seed, n=args.n, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa")
     figures = pio.summary_figures(ic)
-    cluster = pio.write(ic, out / "cluster.h5", summary=figures)
-    figure = quicklook(ic, out / "quicklook.png")
+    with _writing(out / "cluster.h5"):
+        cluster = pio.write(ic, out / "cluster.h5", summary=figures)
+    with _writing(out / "quicklook.png"):
+        figure = quicklook(ic, out / "quicklook.png")
     print(f"Plummer cluster, Kroupa IMF (seed {args.seed})")
     print(pio.format_summary(ic, figures))
     print()

@@ -51,6 +51,20 @@ def test_systems_are_scaled_to_Q_in_their_centre_of_mass_frame(cluster):
     np.testing.assert_allclose((M[:, None] * v).sum(axis=0), 0.0, atol=1e-9 * np.abs(M[:, None] * v).sum())
 
 
+def test_systems_of_a_model_without_Q_are_in_equilibrium_like_single_stars():
+    """Q=None (the DF's own velocities): the systems are drawn from the model of
+    their own mass, so their Q is the single-star build's. It was
+    0.5 * M_primaries / M_systems (0.33) when the velocities kept the
+    primaries' model."""
+    single = progenax.king_builder(KEY, n=4000, W0=6.0)
+    paired = progenax.king_builder(KEY, n=4000, W0=6.0, binaries=BinaryPopulation(1.0))
+    q_single = float(virial_ratio(single.state.positions, single.state.velocities, single.state.masses, G=G_PHYSICAL))
+    q_paired = float(virial_ratio(*_systems(paired), G=G_PHYSICAL))
+    # Same key, same positions and speeds: the two differ only by the systems'
+    # mass weights, a relative ~1/sqrt(4000) = 1.6% (0.008); 0.04 is 5 sigma.
+    assert abs(q_paired - q_single) < 0.04
+
+
 def test_orbits_recovered_from_the_particles_follow_the_requested_distributions(cluster):
     _check_orbits(cluster, N_SYSTEMS)
 

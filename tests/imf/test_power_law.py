@@ -89,3 +89,33 @@ def test_float32_sampling():
         assert abs(float(m.mean()) / 0.5739 - 1) < 0.05
         g = jax.grad(lambda a: kroupa(a).sample(jax.random.PRNGKey(0), (100,)).sum())(jnp.float32(2.3))
         assert jnp.isfinite(g)
+
+
+def _single_slope_mean(a, lo, hi):
+    return (1 - a) / (2 - a) * (hi ** (2 - a) - lo ** (2 - a)) / (hi ** (1 - a) - lo ** (1 - a))
+
+
+@pytest.mark.parametrize(
+    ("m_min", "m_max", "slope"),
+    [(1.0, 100.0, 2.3), (0.6, 10.0, 2.3), (0.08, 0.3, 1.3)],
+    ids=["above-break", "above-break-narrow", "below-break"],
+)
+def test_kroupa_ends_on_one_side_of_the_break_give_that_slope_alone(m_min, m_max, slope):
+    """The break is clamped into [m_min, m_max]: kroupa(m_min=1) was a two-segment
+    law on (1, 0.5, 100) with a negative CDF and masses from 1.82 Msun, mean 5.5."""
+    imf = kroupa(m_min=m_min, m_max=m_max)
+    np.testing.assert_allclose(imf.mean_mass(), _single_slope_mean(slope, m_min, m_max), rtol=1e-12)
+    m = np.linspace(m_min, m_max, 7)
+    expected = (m ** (1 - slope) - m_min ** (1 - slope)) / (m_max ** (1 - slope) - m_min ** (1 - slope))
+    np.testing.assert_allclose(imf.cdf(m), expected, rtol=1e-12, atol=1e-15)
+    u = jnp.linspace(0.01, 0.99, 5)
+    np.testing.assert_allclose(imf.cdf(imf.icdf(u)), u, rtol=1e-12)
+
+
+def test_unordered_masses_raise():
+    with pytest.raises(ValueError, match="m_min < m_max"):
+        kroupa(m_min=5.0, m_max=1.0)
+    with pytest.raises(ValueError, match="m_min < m_max"):
+        PowerLawIMF([0.1, 1.0, 0.5], [1.3, 2.3])
+    with pytest.raises(ValueError, match="m_min < m_max"):
+        salpeter(m_min=0.0)

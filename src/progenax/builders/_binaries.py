@@ -8,7 +8,12 @@ then, in this order (McLuster's convention):
    (`progenax.binaries.sample_binaries`, key `fold_in(key, BINARY_STREAM)`: the
    other streams, and so the systems, are those of the build without binaries);
 2. the common finish moves the **systems** to their centre-of-mass frame and
-   scales the systems' velocities to Q, with the system masses $m_1 + w m_2$;
+   scales the systems' velocities to Q, with the system masses $m_1 + w m_2$.
+   Without Q (a model's own DF, `Q=None`), `velocities_for_systems` first
+   rescales the velocities the model drew for its primaries' mass $M_1$ to the
+   systems' mass $M_s$ by $\sqrt{M_s/M_1}$: at a fixed shape and $r_h$ every
+   speed scales as $\sqrt{GM/r_h}$, so the systems are those of the model of
+   their own mass, in virial equilibrium as single stars would be;
 3. `with_companions`: the stars are placed about each system's centre of mass
    (`progenax.binaries.place_binaries`), star $2i$ the primary and $2i + 1$ the
    secondary of system $i$, and `ic.pairs` records the (primary, secondary)
@@ -48,6 +53,17 @@ def draw_companions(key: Key, masses: Array, binaries: BinaryPopulation | None, 
         return None
     imf_for_pairing = imf if binaries.needs_companion_masses else None
     return sample_binaries(jax.random.fold_in(key, BINARY_STREAM), masses, binaries, imf=imf_for_pairing)
+
+
+def velocities_for_systems(velocities: Array, masses: Array, companions: Binaries | None, Q: Array | None) -> Array:
+    r"""Velocities drawn from a self-consistent model of the primaries' total mass
+    $M_1$ (`masses`), rescaled to the model of the systems' total mass $M_s$:
+    times $\sqrt{M_s / M_1}$ (every speed of a model of fixed shape and $r_h$
+    scales as $\sqrt{GM}$). Unchanged without companions, or with `Q`, whose
+    scaling the finish then does with the system masses."""
+    if companions is None or Q is not None:
+        return velocities
+    return velocities * jnp.sqrt(jnp.sum(companions.system_masses) / jnp.sum(masses)).astype(velocities.dtype)
 
 
 def with_companions(systems: InitialConditions, companions: Binaries, binaries: BinaryPopulation) -> InitialConditions:

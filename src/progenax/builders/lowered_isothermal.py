@@ -36,7 +36,7 @@ from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
 from ..units import G_PHYSICAL
 from ..validation import deferred_checks
-from ._binaries import check_binaries, draw_companions, drop_absent_companions
+from ._binaries import check_binaries, draw_companions, drop_absent_companions, velocities_for_systems
 from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf
 from .spherical import build_model_cluster
 
@@ -106,6 +106,7 @@ def _lowered_isothermal_multimass(
     velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     described = RecordedModel(model.NAME, dict(params), jnp.sum(masses))
     companions = draw_companions(key, masses, binaries, dist)
+    velocities = velocities_for_systems(velocities, masses, companions, Q)
     cluster, _ = finish_cluster(  # no mesh W: the spherical estimate scales Q
         described,
         positions,

@@ -27,7 +27,7 @@ from ..state import InitialConditions
 from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
 from ..validation import deferred_checks, errors_as_nan
-from ._binaries import check_binaries, draw_companions, drop_absent_companions
+from ._binaries import check_binaries, draw_companions, drop_absent_companions, velocities_for_systems
 from ._common import (
     as_key,
     check_common_arguments,
@@ -82,6 +82,7 @@ def build_spherical(
     positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
     velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
+    velocities = velocities_for_systems(velocities, masses, companions, Q)
     cluster, _ = finish_cluster(  # no mesh W: the spherical estimate scales Q
         model,
         positions,

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike, Key, Scalar
+from ..validation import error_if
 
 
 def _series_threshold(x: Array) -> float:
@@ -57,7 +58,8 @@ class PowerLawIMF(eqx.Module):
 
     **Fields:**
 
-    - `breaks`: (K+1,) increasing masses $m_0 < \dots < m_K$ in Msun (ends included).
+    - `breaks`: (K+1,) masses $0 < m_0 \le \dots \le m_K$ in Msun (ends included,
+      $m_0 < m_K$; a segment of zero width holds no stars).
     - `slopes`: (K,) number slopes $\alpha_k$ with $dN/dm \propto m^{-\alpha_k}$.
 
     Use `kroupa()` and `salpeter()` for the presets.
@@ -73,6 +75,12 @@ class PowerLawIMF(eqx.Module):
             raise ValueError(
                 f"breaks must have one more entry than slopes (got breaks {breaks.shape}, slopes {slopes.shape})"
             )
+        unordered = (breaks[0] <= 0) | (breaks[0] >= breaks[-1]) | jnp.any(breaks[1:] < breaks[:-1])
+        message = "the IMF's masses must satisfy 0 < m_min <= breaks <= m_max, with m_min < m_max"
+        if isinstance(unordered, jax.core.Tracer):
+            breaks = error_if(breaks, unordered, message)
+        elif bool(unordered):
+            raise ValueError(f"{message}, got {[float(b) for b in breaks]}")
         self.breaks = breaks
         self.slopes = slopes
 
@@ -165,9 +173,12 @@ def kroupa(
     """Kroupa (2001) IMF: slope 1.3 below 0.5 Msun and `alpha_high` above.
 
     Over 0.08 to 100 Msun with alpha_high = 2.3 the mean mass is 0.5739 Msun.
+    Other ends restrict that shape to [`m_min`, `m_max`]: a break outside them
+    is clamped to the nearer end (`m_min = 1`: the 2.3 slope alone on 1-100 Msun).
     """
+    m_min, m_break, m_max = jnp.broadcast_arrays(*map(jnp.asarray, (m_min, m_break, m_max)))
     return PowerLawIMF(
-        jnp.stack(jnp.broadcast_arrays(*map(jnp.asarray, (m_min, m_break, m_max)))),
+        jnp.stack([m_min, jnp.clip(m_break, m_min, jnp.maximum(m_min, m_max)), m_max]),
         jnp.stack(jnp.broadcast_arrays(*map(jnp.asarray, (alpha_low, alpha_high)))),
     )
 

@@ -10,7 +10,11 @@ membership weight in [0, 1] as it is (masses are *not* multiplied by it).
 Numbers are written with `'%.17g'`, so float64 values read back bit for bit.
 Comma-separated, no index column, no quoting, newline line endings: pandas
 (`pd.read_csv`), astropy (`Table.read(path, format="ascii.csv")`), TOPCAT and
-spreadsheets read it as is.
+spreadsheets read it as is. A table with a recipe (the command line's) has
+one comment line first, `# progenax <version> recipe: {...}`: skip it with
+`pd.read_csv(path, comment="#")` or `np.loadtxt(path, delimiter=",",
+skiprows=2)` (`np.genfromtxt(path, delimiter=",", names=True,
+skip_header=1)` keeps the column names).
 
 `read_csv(path)` reads such a table back as an `InitialConditions` in physical
 units (model "csv", no params); the columns may come in any order, but all
