@@ -689,6 +689,31 @@ def test_config_file_with_flags_overriding(tmp_path, capsys):
     _assert_usage_error(code, err, "radius")
 
 
+@pytest.mark.parametrize(
+    "line,words",
+    [("seed = -1", ("seed", "-1")), ("binary-fraction = true", ("binary_fraction", "True")), ('imf = "x"', ("imf",))],
+)
+def test_config_values_are_checked_as_the_flags_are(tmp_path, capsys, line, words):
+    """A TOML value went to the builder unchecked: `seed = -1` built, and the
+    rebuild command `info` printed (`--seed -1`) then exited 2."""
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'model = "plummer"\nn = {N}\n{line}\n')
+    code, _, err = _run(capsys, "build", "--config", config, "-o", tmp_path / "x.npz")
+    _assert_usage_error(code, err, *words)
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_config_lists_are_the_flags_comma_separated_text(tmp_path, capsys):
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        f'model = "plummer"\nn = {N}\nimf = "power-law"\nimf-slopes = [1.3, 2.7]\nimf-breaks = [0.1, 1, 50]\n'
+    )
+    assert _run(capsys, "build", "--config", config, "-o", tmp_path / "c.npz")[0] == 0
+    flags = ["--n", N, "--imf", "power-law", "--imf-slopes", "1.3,2.7", "--imf-breaks", "0.1,1,50"]
+    assert _run(capsys, "build", "plummer", *flags, "-o", tmp_path / "f.npz")[0] == 0
+    _same_arrays(pio.read(tmp_path / "c.npz"), pio.read(tmp_path / "f.npz"))
+
+
 @pytest.mark.parametrize("fmt,name", [("gadget", "snap.hdf5"), ("nbody6", "fort.10"), ("csv", "stars.csv")])
 def test_every_format_stores_the_recipe(tmp_path, capsys, fmt, name):
     from progenax.io.recipe import recipe_of

@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--format", choices=_formats(), default=None, help=FORMAT_HELP)
     _add_cache_flag(b)
-    b.set_defaults(func=_cmd_build)
+    b.set_defaults(func=_cmd_build, build_parser=b)
 
     i = _subcommand(sub, "info", "summarise a cluster file and print the command that rebuilds it")
     i.add_argument("path", type=Path, help="a cluster file (.h5/.hdf5/.npz, or any with --format)")
@@ -521,7 +521,7 @@ def _add_cache_flag(parser: argparse.ArgumentParser) -> None:
 
 def _recipe(args: argparse.Namespace) -> dict:
     """The recipe of a `build`: the --config file's keys, overridden by the flags."""
-    recipe = recipes.load_toml(args.config) if args.config is not None else {}
+    recipe = _checked_config(args.config, args.build_parser) if args.config is not None else {}
     for key in recipes.all_keys():
         value = getattr(args, key, None)
         if value is not None:
@@ -530,6 +530,27 @@ def _recipe(args: argparse.Namespace) -> dict:
         recipe["model"] = args.model
     if "model" not in recipe:
         raise UsageError(f"give the MODEL ({', '.join(recipes.MODELS)}), on the command line or in --config")
+    return recipe
+
+
+def _checked_config(path: Path, parser: argparse.ArgumentParser) -> dict:
+    """A --config TOML recipe, each value checked and converted as its flag's
+    value would be (`--seed -1` is refused, so is `seed = -1`; a TOML list is
+    the flag's comma-separated text)."""
+    recipe = recipes.load_toml(path)
+    by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
+    for key, value in recipe.items():
+        action = by_flag.get(recipes.flag(key))
+        if action is None:  # the model (positional), checked when the recipe is built
+            continue
+        text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        try:
+            converted = action.type(text) if action.type is not None else text
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
+            raise UsageError(f"{path}: {key} = {value!r}: {err}") from None
+        if action.choices is not None and converted not in action.choices:
+            raise UsageError(f"{path}: {key} = {value!r}: not one of {', '.join(map(str, action.choices))}")
+        recipe[key] = converted
     return recipe
 
 
