@@ -53,7 +53,7 @@ from ..sph.projections import KeepRadii, LimitStep, centre_of_mass, knot_fractio
 # Private helpers of the one-device step, imported so that each formula (the
 # smoothing lengths and the target's slope, the cosine schedule, the target's
 # resolution and check) is written once.
-from ..sph.relaxation import RelaxSettings, _schedule, _smoothing_lengths_and_slope
+from ..sph.relaxation import RELAX_KERNEL, RelaxSettings, _schedule, _smoothing_lengths_and_slope
 from ..sph.targets import _check_target_values, _resolve_target
 from ..validation import check_static_int
 from ._device import Config, mesh_axis, plan_exchange, query_cells, raise_if, shard_map_particles, with_halo
@@ -193,7 +193,7 @@ def relax(
     step_size: float | None = None,
     momentum: float | None = None,
     max_step: float | None = None,
-    kernel: str = "cubic",
+    kernel: str = RELAX_KERNEL,
     axis: int = 0,
     hops: int | None = None,
     halo: int | None = None,

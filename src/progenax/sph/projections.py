@@ -20,7 +20,7 @@ import numpy as np
 
 from .._types import Array
 from ..diagnostics.radii import lagrangian_radii
-from ..sampling import safe_norm
+from ..sampling import safe_divide, safe_norm
 
 # KeepRadii holds the Lagrangian radii at the mass fractions k / 8. The
 # stars' masses make each radius noisy (a Kroupa IMF is an effective sample of
@@ -87,7 +87,8 @@ class KeepCentreOfMass(Projection):
 
     def __call__(self, x, dx, trust):
         w = self.weights
-        drift = jnp.sum(w[:, None] * dx, axis=0) / jnp.sum(w * trust)
+        # No particle free to move (a cluster too small to resolve: every trust 0): no drift to take out.
+        drift = safe_divide(jnp.sum(w[:, None] * dx, axis=0), jnp.sum(w * trust))
         return dx - trust[:, None] * drift
 
 

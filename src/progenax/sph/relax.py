@@ -16,7 +16,9 @@ stars, 100 steps with the radii kept and the box's optimiser values
 (`sph.relaxation.PERIODIC`, every relaxation's defaults then), the target's
 slope term took the rms error inside 3 r_h from 11% to about 5%, and the
 smooth radial hold and centre-of-mass handling to 2.3% (King W0 = 9: 5.8%);
-with the open-space values (`OPEN`) 30 steps reach 1.3% (`benchmarks/relax.py`).
+with the open-space values (`OPEN`) 30 steps reach 1.3% with the cubic kernel,
+1.7% with the default Wendland C2, which does not collapse stars into pairs
+(`sph.relaxation.RELAX_KERNEL`, `benchmarks/relax.py`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from .adaptive import loss_gradient_features as _loss_gradient_features  # noqa:
 from .adaptive import loss_gradient_pair as _loss_gradient_pair  # noqa: F401
 from .pairs import density_pair as _density_pair  # noqa: F401 (tests/sph/test_pairs.py)
 from .projections import KeepCentreOfMass, KeepRadii, LimitStep, centre_of_mass
+from .relaxation import RELAX_KERNEL, run
 from .relaxation import RelaxProblem as RelaxProblem
 from .relaxation import RelaxSettings as RelaxSettings
 from .relaxation import make_relaxation as make_relaxation
-from .relaxation import run
 from .relaxation import smoothing_lengths as smoothing_lengths
 from .targets import _check_target_values, _resolve_target
 from .targets import model_density as model_density
@@ -54,12 +56,13 @@ VELOCITY_MODES = ("keep", "resample")
 @deferred_checks
 def resample_velocities(key, ic, positions: Array) -> Array:
     """Velocities drawn from the model's isotropic distribution function at
-    `positions` (`ic.model.sample_speeds`), scaled to the cluster's Q when it
-    was built with one; in the units of `ic` (physical). One program (eager,
+    `positions` (`ic.model.sample_speeds`), in the frame and scaled to the Q
+    (when the cluster was built with one) of the weighted masses; in the
+    units of `ic` (physical). One program (eager,
     a King model's profile solve and speed sampler dispatched operations one
     by one: 5.8 s on a first call, 0.38 s on later ones, at 1e4 stars)."""
     n, dtype = positions.shape[0], positions.dtype
-    masses = ic.state.masses
+    masses = ic.state.masses * ic.weights
     total = jnp.sum(masses)
     k_speed, k_dir = jax.random.split(key)
     speed = ic.model.prepared().with_mass(total).sample_speeds(k_speed, safe_norm(positions))
@@ -85,7 +88,7 @@ def relax(
     velocities: str = "keep",
     keep_radii: bool | None = None,
     key=None,
-    kernel: str = "cubic",
+    kernel: str = RELAX_KERNEL,
     n_bands: int | None = None,
     band_ratio: float = 2.0,
     progress: bool = False,
@@ -103,10 +106,10 @@ def relax(
       pointwise and differentiable (e.g. `profile_density(ic)`, the
       cluster's own smoothed radial profile, for a file without a model).
     - `steps`: number of steps (fixed; a `lax.scan`). 0 returns the input.
-      At N = 100,000 a Plummer sphere reaches 1.3% rms inside 3 r_h after
-      30 steps; a King W0 = 9 cluster 1.3% after 100 (`benchmarks/relax.py`).
+      At N = 100,000 a Plummer sphere reaches 1.7% rms inside 3 r_h after
+      30 steps; a King W0 = 9 cluster 1.6% after 100 (`benchmarks/relax.py`).
       At small N only the inner stars are resolved and move (Plummer, 200
-      steps: N = 2,000 56.5% to 52.7%, N = 10,000 35.2% to 19.3%;
+      steps: N = 2,000 56.5% to 52.0%, N = 10,000 35.2% to 19.2%;
       docs/relax.md, "Small clusters").
     - `box`: periodic box length (scalar or one per axis), None for open space.
     - `masses`: for a bare positions array: scalar or (N,); default for a
@@ -176,7 +179,7 @@ def relax(
     if keep_radii and box is not None:
         raise ValueError("keep_radii applies to open boundaries (box=None)")
 
-    com_masses = m if ic is None else ic.state.masses * ic.weights
+    com_masses = m if ic is None else ic.systems().masses
     projections = (LimitStep(),) if box is not None else (LimitStep(), KeepCentreOfMass(com_masses))
     if keep_radii:
         projections = (KeepRadii.of(x0, com_masses),) + projections
@@ -189,17 +192,33 @@ def relax(
     if ic is None:
         return x
     vel = ic.state.velocities
-    if velocities == "resample":
-        vel = resample_velocities(key, ic, x)
-    relaxed = InitialConditions(ParticleState(x, vel, ic.state.masses), ic.weights, ic.model, ic.params, ic.units)
+    if velocities == "resample":  # the systems' velocities (weighted masses), each binary's orbit kept
+        systems = ic.systems()
+        moved = InitialConditions(systems, jnp.ones_like(systems.masses), ic.model, ic.params, ic.units)
+        fresh = resample_velocities(key, moved, x)
+        vel = fresh if ic.pairs is None else vel + _per_star(ic, fresh - systems.velocities)
+    if ic.pairs is not None:
+        x = ic.state.positions + _per_star(ic, x - x0)
+    state = ParticleState(x, vel, ic.state.masses)
+    relaxed = InitialConditions(state, ic.weights, ic.model, ic.params, ic.units, ic.pairs)
     return relaxed.to_henon() if system.units.name == "henon" else relaxed
 
 
+def _per_star(ic: InitialConditions, change: Array) -> Array:
+    """A change of each system (rows of `InitialConditions.systems`) applied to
+    each of its stars: a binary moves as a whole, its orbit unchanged."""
+    if ic.pairs is None:
+        return change
+    return change.at[ic.pairs[:, 1]].set(change[ic.pairs[:, 0]])
+
+
 def _positions_and_masses(system) -> tuple[InitialConditions | None, Array, Array | None]:
-    """(physical InitialConditions or None, positions (N, d), tracer masses or None)."""
+    """(physical InitialConditions or None, positions (N, d), tracer masses or
+    None): a cluster's systems (`InitialConditions.systems`: what relaxes, a
+    binary as one) and their `tracer_masses`."""
     if isinstance(system, InitialConditions):
         ic = system.to_physical()
-        return ic, ic.state.positions, tracer_masses(ic)
+        return ic, ic.systems().positions, tracer_masses(ic)
     x0 = jnp.asarray(system)
     if x0.ndim != 2 or x0.shape[1] not in (2, 3):
         raise ValueError(f"positions must have shape (N, 2) or (N, 3), got {x0.shape}")

@@ -24,8 +24,12 @@ from .projections import centre_of_mass, profile_knots
 
 def model_density(ic) -> Callable[[Array], Array]:
     r"""The mass density $\rho(x)$ of the model `ic` was built from (`ic.model`),
-    about the origin, in the units of `ic` (mass / length^3), for its total
-    (weighted) mass.
+    about the origin, in the units of `ic` (mass / length^3), for the model's
+    own total mass (`ic.model.total_mass`, in Msun: what the stars were drawn
+    from). A tidally truncated cluster's weighted stars then meet the full
+    model's density inside the truncation radius; scaled to the weighted mass
+    instead (65% of it for a Plummer sphere cut at 1.5 r_h), its target was
+    too low everywhere and its half-mass radius drifted.
 
     Returned as a `jax.tree_util.Partial` of a module-level function with the
     model as its pytree argument, so relaxations of models of one kind and
@@ -36,9 +40,8 @@ def model_density(ic) -> Callable[[Array], Array]:
     """
     if ic.units.name != "physical":
         raise ValueError("model_density needs an InitialConditions in physical units (ic.to_physical())")
-    total_mass = jnp.sum(ic.state.masses * ic.weights)
     # raises now (NoAnalyticFormError) for a model without a density
-    model, _ = prepared_density(ic.model, total_mass, jnp.zeros((), ic.state.positions.dtype))
+    model, _ = prepared_density(ic.model, ic.model.total_mass, jnp.zeros((), ic.state.positions.dtype))
     return jax.tree_util.Partial(density_at, model)
 
 
@@ -130,6 +133,10 @@ def tracer_masses(ic) -> Array:
     would see a density spike of its neighbour's mass: at N = 10,000 the rms
     deviation of a fresh Plummer sample was 149% that way, and relaxation
     would clear voids around the massive stars. The stars keep their masses.
+
+    With binaries (`ic.pairs`) the tracers are the systems: a pair is one
+    system on its primary's row (as in `InitialConditions.systems`), and its
+    secondary's row weighs 0.
     """
-    w = ic.weights
-    return w * jnp.sum(ic.state.masses * w) / jnp.sum(w)
+    w = ic.weights if ic.pairs is None else ic.weights.at[ic.pairs[:, 1]].set(0.0)
+    return w * jnp.sum(ic.state.masses * ic.weights) / jnp.sum(w)
