@@ -81,16 +81,19 @@ def test_output_is_a_scaled_permutation_of_the_orbits():
 
 def test_strong_segregation_orders_mass_by_energy():
     key = jax.random.PRNGKey(6)
-    ic = plummer_builder(key, n=N, segregation=0.99, Q=None)
-    s = ic.state
-    # Q=None: velocities untouched by Q scaling, so energies are those ranked.
-    e = specific_energies(s.positions, s.velocities, jnp.sum(s.masses), 4.300917270e-3, jnp.zeros(3))
+    s = plummer_builder(key, n=N, Q=None).state
+    G = 4.300917270e-3
+    # The step itself: a builder without Q rescales the velocities afterwards
+    # (keeping T/|W|), which reorders the energies. The r_h scale (x f, v / sqrt f)
+    # divides every energy by f: their order is the assignment's.
+    x, v = apply_segregation(jax.random.PRNGKey(7), s.positions, s.velocities, s.masses, 0.99, G=G)
+    e = specific_energies(x, v, jnp.sum(s.masses), G, jnp.zeros(3))
     rank_m = np.argsort(np.argsort(-np.asarray(s.masses)))
     rank_e = np.argsort(np.argsort(np.asarray(e)))
     rho = np.corrcoef(rank_m, rank_e)[0, 1]
     # Keys are 0.99 q + 0.01 U, so mass rank and energy rank agree up to shifts
-    # of ~0.01 n; only the centre-of-mass shift after the assignment perturbs
-    # the energies. 0.98 leaves room for that (measured 0.999).
+    # of ~0.01 n; the shell estimate of the energies is the one the step ranks
+    # by. 0.98 leaves room for the key's noise (measured 0.999).
     assert rho > 0.98, rho
 
 
@@ -172,3 +175,25 @@ def test_float32():
         g, ic = jax.grad(observable, has_aux=True)(0.5)
         assert ic.state.positions.dtype == jnp.float32
         assert np.isfinite(float(g))
+
+
+def test_segregation_without_Q_keeps_the_equilibrium_virial_ratio_and_the_edge():
+    """King's default Q=None: the reassignment deepened the potential, T/|W|
+    0.507 -> 0.228 at S = 0.6 (10,000 stars), and the r_h-keeping scale put
+    424 stars beyond the recorded r_t. The velocities are scaled back to the
+    drawn orbits' T/|W| and r_t grows with the positions."""
+    from progenax import king_builder
+    from progenax.diagnostics import virial_ratio
+
+    def q(ic):
+        s = ic.state
+        return float(virial_ratio(s.positions, s.velocities, s.masses, method="exact"))
+
+    drawn = king_builder(0, n=2000, W0=6.0)
+    segregated = king_builder(0, n=2000, W0=6.0, segregation=0.6)
+    # Scaled with the same exact W: equal up to the finish's centre-of-mass
+    # frame (a ~1/n effect on T), far below the 0.28 the bug took off.
+    assert abs(q(segregated) - q(drawn)) < 0.01
+    radii = np.linalg.norm(np.asarray(segregated.state.positions), axis=1)
+    assert radii.max() <= float(segregated.params["r_t"]) < 2.5 * float(drawn.params["r_t"])
+    assert float(segregated.params["r_t"]) > float(drawn.params["r_t"])

@@ -133,3 +133,44 @@ def test_float32_om_and_rotation_without_nan():
         assert s.velocities.dtype == jnp.float32
         for leaf in (s.positions, s.velocities, s.masses):
             assert bool(jnp.all(jnp.isfinite(leaf)))
+
+
+def test_generic_check_refuses_ra_just_below_a_cusps_limit():
+    """The check compared f's negative part with the largest |f|, which a cusp
+    puts at the centre, 1e8 above the halo's: Hernquist at half its limit
+    passed and built at T/|W| = 0.29. Now each node's f is compared with its
+    own terms: 1% below the limit is refused, at the limit f is floored at
+    the rounding level (positive, so ln f has no hole)."""
+    from progenax.models.eddington import df_nodes
+    from progenax.models.osipkov_merritt import checked_df
+
+    m = Dehnen(1.0, 1.0)
+    limit = float(jax.jit(osipkov_merritt_limit)(m))
+    x = df_nodes(m, jnp.float64)
+    with pytest.raises(Exception, match="ra is below the model's Osipkov-Merritt consistency limit"):
+        jax.block_until_ready(checked_df(m, jnp.asarray(0.99 * limit), x))
+    f = np.asarray(checked_df(m, jnp.asarray(limit), x))
+    assert np.all(f > 0)
+
+
+@pytest.mark.slow  # Dehnen OM builds compile for 10-30 s
+def test_hernquist_at_its_limit_builds_in_equilibrium():
+    limit = float(osipkov_merritt_limit(Dehnen(1.0, 1.0)))
+    ic = progenax.model_builder(0, "dehnen", n=3000, gamma=1.0, r_h=1.0, ra=limit, Q=None, imf="equal")
+    s = ic.state
+    # 3,000 stars: T/|W| scatters by ~1-2%; at the limit it was 0.34 (a hole in ln f's table).
+    q = float(progenax.diagnostics.virial_ratio(s.positions, s.velocities, s.masses, method="exact"))
+    assert abs(q - 0.5) < 0.05
+
+
+def test_eager_gradient_in_ra():
+    """`plummer_builder`'s ra check formatted float(ra) when only its result
+    was concrete: an eager jax.grad in ra (or r_h with ra) raised
+    ConcretizationTypeError. Against central differences."""
+
+    def f(ra):
+        return jnp.sum(progenax.plummer_builder(0, n=100, ra=ra, Q=None).state.velocities ** 2)
+
+    g = float(jax.grad(f)(1.5))
+    fd = (float(f(1.5 + 1e-5)) - float(f(1.5 - 1e-5))) / 2e-5
+    assert abs(g - fd) < 1e-5 * abs(fd)

@@ -180,3 +180,16 @@ def test_float32_speed_gradient_is_finite_and_matches_central_difference(name, p
         fd = (float(observable(jnp.float32(value + h))) - float(observable(jnp.float32(value - h)))) / (2 * h)
     assert np.isfinite(grad)
     np.testing.assert_allclose(grad, fd, rtol=1e-2)
+
+
+def test_eff_model_called_eagerly_compiles_its_scale_radius_once():
+    """Each eager call of an EFF model's function traced and compiled the
+    scale-radius solve anew (a new closure each time), 0.29 s and a program
+    kept per call, until the process ran out of memory maps."""
+    from progenax.models import eff as eff_module
+
+    model = progenax.models.REGISTRY["eff"](gamma=3.0, r_h=1.0, total_mass=1e3)
+    before = eff_module._scale_radius_compiled._cache_size()
+    values = [float(model.density(r)) for r in (0.3, 0.5, 0.7)]
+    assert eff_module._scale_radius_compiled._cache_size() - before <= 1
+    assert values[0] > values[1] > values[2] > 0

@@ -79,7 +79,9 @@ def build_spherical(
     (see the module docstring), jitted."""
     masses, model, positions, velocities = draw_spherical(key, n, model_cls, values, alpha, imf)
     params = spherical_params(model, imf, alpha, Q)
-    positions, velocities = segregate(key, positions, velocities, masses, params, segregation, temperature)
+    positions, velocities = segregate(
+        key, positions, velocities, masses, params, segregation, temperature, keep_virial_ratio=Q is None
+    )
     velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
     velocities = velocities_for_systems(velocities, masses, companions, Q)

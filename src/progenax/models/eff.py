@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
+from .._compile import at_top_level
 from .._fusion import materialize
 from .._types import Array, ArrayLike
 from ..profiles.eff import (
@@ -109,6 +110,8 @@ class EFF(AbstractClusterModel):
     @property
     def scale_radius(self) -> Array:
         """Scale radius a (pc) that gives the half-mass radius r_h."""
+        if at_top_level():
+            return _scale_radius_compiled(self.r_h, self.gamma, self.r_t)
         return eff_scale_radius(self.r_h, self.gamma, self.r_t)
 
     def profile(self) -> EFFProfile:
@@ -148,6 +151,14 @@ class EFF(AbstractClusterModel):
         """Radii by the closed-form inverse of M(<r), velocities from the DF
         (isotropic, or Osipkov-Merritt with `ra`), through `profile().tabulated()`."""
         return self.profile().tabulated().sample_phase_space(keys, n, dtype)
+
+
+# Called eagerly (a model's `density(r)` in a user's loop), the solve's loop
+# closes over a new function each time: JAX traced and compiled it on every
+# call (0.29 s) and kept each program, until the process ran out of memory
+# maps after ~700 calls. Compiled once here, per shape (the model's parameters
+# were checked when it was made).
+_scale_radius_compiled = jax.jit(without_checks(eff_scale_radius))
 
 
 class EFFProfile(AbstractClusterModel):

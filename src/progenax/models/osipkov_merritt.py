@@ -72,13 +72,26 @@ OSIPKOV_MERRITT_LIMIT_MESSAGE = (
 
 def checked_df(model, ra: Array, x_f: Array) -> Array:
     """The Osipkov-Merritt f at the table's nodes, with its f >= 0 check (`error_if`)."""
-    f = osipkov_merritt_df(model, ra, x_f)
-    # f >= 0 up to rounding and the quadrature's error (1e-11 relative in float64):
-    # sqrt(eps) of the largest |f| (1.5e-8 in float64, 3.5e-4 in float32), so ra at
-    # the limit passes and float32's rounding in the far tail is not taken for f < 0.
-    tolerance = float(np.sqrt(np.finfo(f.dtype).eps))
-    bad = jnp.min(f) < -tolerance * jnp.max(jnp.abs(f))
-    return error_if(f, bad, OSIPKOV_MERRITT_LIMIT_MESSAGE)
+    f0, f2 = osipkov_merritt_parts(model, x_f)
+    f2 = (jnp.asarray(model.r_h, f0.dtype) / ra) ** 2 * f2
+    f = f0 + f2
+    # f >= 0 up to rounding and the quadrature's error (1e-11 relative in float64)
+    # at each node: sqrt(eps) (1.5e-8 in float64, 3.5e-4 in float32) of the two
+    # terms summed there, so ra at the limit passes; at nodes whose terms are
+    # resolved, above eps^(3/4) of the largest (2e-12 in float64; 6e-6 in
+    # float32, whose Plummer tail beyond e^9 r_h is noise at 1e-7 of it). Against
+    # the largest |f| instead, a cusp's (Dehnen, Hernquist: 1e8 above the
+    # halo's) let whole negative regions through: Hernquist at half its limit
+    # built, with T/|W| 0.29.
+    eps = float(np.finfo(f.dtype).eps)
+    terms = jnp.abs(f0) + jnp.abs(f2)
+    floor = float(np.sqrt(eps)) * terms
+    bad = jnp.any((f < -floor) & (terms > eps**0.75 * jnp.max(terms)))
+    # At the limit f touches 0 at one energy: ln f there (clipped at the smallest
+    # float) made the table's Hermite interpolation dip over a wide range of
+    # energies (Hernquist at its limit: T/|W| 0.34). Floored at the rounding
+    # level of its terms, f is unchanged wherever it is resolved.
+    return error_if(jnp.maximum(f, floor), bad, OSIPKOV_MERRITT_LIMIT_MESSAGE)
 
 
 def osipkov_merritt_velocities(pseudo: Array, directions: Array, radii: Array, ra: ArrayLike) -> Array:

@@ -65,7 +65,9 @@ class Plummer(AbstractClusterModel):
             return
         limit = PLUMMER_LIMIT * plummer_scale_radius(values["r_h"])
         bad = ra < limit
-        shown = "" if isinstance(bad, jax.core.Tracer) else f" = {float(limit):.6g} pc, got ra = {float(ra):.6g}"
+        # Under an eager jax.grad `bad` is concrete while ra and the limit are tracers.
+        traced = any(isinstance(v, jax.core.Tracer) for v in (bad, ra, limit))
+        shown = "" if traced else f" = {float(limit):.6g} pc, got ra = {float(ra):.6g}"
         checks.condition(
             bad,
             f"ra must be >= 0.75 a (the Osipkov-Merritt consistency limit of the Plummer model, a = 0.766 r_h){shown}",
