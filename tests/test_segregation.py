@@ -197,3 +197,6 @@ def test_segregation_without_Q_keeps_the_equilibrium_virial_ratio_and_the_edge()
     radii = np.linalg.norm(np.asarray(segregated.state.positions), axis=1)
     assert radii.max() <= float(segregated.params["r_t"]) < 2.5 * float(drawn.params["r_t"])
     assert float(segregated.params["r_t"]) > float(drawn.params["r_t"])
+    # A truncated EFF's r_t is a parameter of its model (files rebuild the model from it): kept.
+    eff = eff_builder(0, n=500, gamma=2.5, r_t=5.0, segregation=0.6)
+    assert float(eff.params["r_t"]) == 5.0

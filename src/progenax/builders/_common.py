@@ -121,7 +121,7 @@ def imf_params(imf: str | PowerLawIMF, alpha: Array) -> dict[str, Array]:
     return params
 
 
-def segregate(key, positions, velocities, masses, params, segregation, temperature, keep_virial_ratio=False):
+def segregate(key, positions, velocities, masses, params, segregation, temperature, keep_virial_ratio=False, edge=None):
     """Apply mass segregation S (skipped when None) and record it in `params`.
 
     The key is `fold_in(key, 7)` of the builder's key, so the other random
@@ -134,8 +134,9 @@ def segregate(key, positions, velocities, masses, params, segregation, temperatu
     are the model's equilibrium) the velocities are scaled back to the drawn
     orbits' T/|W| (W exact up to `EXACT_MAX_N` stars, else the spherical
     estimate about the origin). The positions grow by the factor that keeps
-    the half-mass radius (`apply_segregation`), so a recorded edge `r_t`
-    grows with them: no star passes it.
+    the half-mass radius (`apply_segregation`), so the recorded edge named
+    `edge` (King's and LIMEPY's derived "r_t", not a model parameter such as
+    a truncated EFF's) grows with them: no star passes it.
     """
     if segregation is None:
         return positions, velocities
@@ -158,9 +159,9 @@ def segregate(key, positions, velocities, masses, params, segregation, temperatu
     # as a concrete 0 does: at S = 0 the relaxed ranking still re-pairs masses with
     # orbits in energy order, which moves with the model's parameters (issue 22).
     x, v = jax.lax.cond(segregation > 0, segregated, lambda orbits: orbits, (positions, velocities))
-    if "r_t" in params:  # every radius scaled by the same factor (`apply_segregation`'s f)
+    if edge is not None:  # every radius scaled by the same factor (`apply_segregation`'s f)
         radius = lambda p: jnp.max(jnp.sum(p * p, axis=1))  # noqa: E731
-        params["r_t"] = params["r_t"] * jnp.sqrt(radius(x) / radius(positions))
+        params[edge] = params[edge] * jnp.sqrt(radius(x) / radius(positions))
     return x, v
 
 

@@ -79,8 +79,10 @@ def build_spherical(
     (see the module docstring), jitted."""
     masses, model, positions, velocities = draw_spherical(key, n, model_cls, values, alpha, imf)
     params = spherical_params(model, imf, alpha, Q)
+    # A derived edge (King's r_t) grows with the positions; a parameter (a truncated EFF's r_t) names the model.
+    edge = "r_t" if "r_t" in params and "r_t" not in {p.name for p in model_cls.PARAMETERS} else None
     positions, velocities = segregate(
-        key, positions, velocities, masses, params, segregation, temperature, keep_virial_ratio=Q is None
+        key, positions, velocities, masses, params, segregation, temperature, keep_virial_ratio=Q is None, edge=edge
     )
     velocities = rotate(key, positions, velocities, params, rotation, rotation_scale)
     companions = draw_companions(key, masses, binaries, resolve_imf(imf, alpha))
