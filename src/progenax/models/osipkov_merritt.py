@@ -70,14 +70,20 @@ OSIPKOV_MERRITT_LIMIT_MESSAGE = (
 )
 
 
+_QUADRATURE_ERROR = 1e-6
+"""The Eddington quadrature's worst relative error (`models.eddington`: Plummer's f
+at x = -10, deep in the core; 6e-12 for most energies)."""
+
+
 def checked_df(model, ra: Array, x_f: Array) -> Array:
     """The Osipkov-Merritt f at the table's nodes, with its f >= 0 check (`error_if`)."""
     f0, f2 = osipkov_merritt_parts(model, x_f)
     f2 = (jnp.asarray(model.r_h, f0.dtype) / ra) ** 2 * f2
     f = f0 + f2
-    # f >= 0 up to rounding and the quadrature's error (1e-11 relative in float64)
-    # at each node: sqrt(eps) (1.5e-8 in float64, 3.5e-4 in float32) of the two
-    # terms summed there, so ra at the limit passes; at nodes whose terms are
+    # f >= 0 up to rounding and the quadrature's error at each node: 1e-6 of the
+    # two terms summed there in float64 (the quadrature's worst, deep in a core
+    # at x = -10, where Plummer's f at its limit dips to -2.3e-7 of them), sqrt(eps)
+    # = 3.5e-4 in float32, so ra at the limit passes; at nodes whose terms are
     # resolved, above eps^(3/4) of the largest (2e-12 in float64; 6e-6 in
     # float32, whose Plummer tail beyond e^9 r_h is noise at 1e-7 of it). Against
     # the largest |f| instead, a cusp's (Dehnen, Hernquist: 1e8 above the
@@ -85,7 +91,7 @@ def checked_df(model, ra: Array, x_f: Array) -> Array:
     # built, with T/|W| 0.29.
     eps = float(np.finfo(f.dtype).eps)
     terms = jnp.abs(f0) + jnp.abs(f2)
-    floor = float(np.sqrt(eps)) * terms
+    floor = max(float(np.sqrt(eps)), _QUADRATURE_ERROR) * terms
     bad = jnp.any((f < -floor) & (terms > eps**0.75 * jnp.max(terms)))
     # At the limit f touches 0 at one energy: ln f there (clipped at the smallest
     # float) made the table's Hermite interpolation dip over a wide range of
