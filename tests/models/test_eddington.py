@@ -182,14 +182,18 @@ def test_float32_speed_gradient_is_finite_and_matches_central_difference(name, p
     np.testing.assert_allclose(grad, fd, rtol=1e-2)
 
 
-def test_eff_model_called_eagerly_compiles_its_scale_radius_once():
-    """Each eager call of an EFF model's function traced and compiled the
-    scale-radius solve anew (a new closure each time), 0.29 s and a program
-    kept per call, until the process ran out of memory maps."""
-    from progenax.models import eff as eff_module
-
+def test_eff_model_called_eagerly_compiles_each_function_once():
+    """Each eager call of an EFF model's function traced and compiled its loops
+    anew (the scale-radius solve, the series' scan: new closures each time),
+    25 ms to 0.29 s and a program kept per call, until the process ran out
+    of memory maps."""
     model = progenax.models.REGISTRY["eff"](gamma=3.0, r_h=1.0, total_mass=1e3)
-    before = eff_module._scale_radius_compiled._cache_size()
-    values = [float(model.density(r)) for r in (0.3, 0.5, 0.7)]
-    assert eff_module._scale_radius_compiled._cache_size() - before <= 1
-    assert values[0] > values[1] > values[2] > 0
+    for name in ("density", "mass_fraction", "potential", "velocity_dispersion"):
+        compiled = getattr(EFF, name).compiled
+        before = compiled._cache_size()
+        values = [float(getattr(model, name)(r)) for r in (0.3, 0.5, 0.7)]
+        assert compiled._cache_size() - before <= 1, name
+        assert all(np.isfinite(values)), name
+    # The same values as the traced path a builder takes.
+    r = jnp.asarray([0.3, 0.5])
+    np.testing.assert_allclose(model.mass_fraction(r), jax.jit(lambda r: model.mass_fraction(r))(r), rtol=1e-14)

@@ -22,6 +22,7 @@ centre of mass of infinite variance).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -57,6 +58,24 @@ def untruncated_gamma(dtype) -> Interval:
     dtype can hold needs gamma > `untruncated_gamma_floor(dtype)` (2.153 in
     float64, 2.544 in float32); with r_t any gamma > 0."""
     return Interval(untruncated_gamma_floor(dtype))
+
+
+def _one_program_when_eager(method):
+    """`method(model, r)` compiled as one program, once per shape, when called
+    outside any transformation (a user's loop over `model.density(r)`): run
+    op by op, its loops (the scale-radius solve, the series' Horner scan)
+    close over new functions at every call, and JAX compiled each anew (25 ms
+    to 0.29 s) and kept every program: the process grew by 3 MB a call and
+    ran out of memory maps after about 700. Inside a builder's trace nothing
+    changes. The model's parameters were checked when it was made."""
+    compiled = jax.jit(without_checks(method))
+
+    @functools.wraps(method)
+    def call(self, r: ArrayLike) -> Array:
+        return compiled(self, jnp.asarray(r)) if at_top_level() else method(self, r)
+
+    call.compiled = compiled  # its cache, for tests
+    return call
 
 
 class EFF(AbstractClusterModel):
@@ -127,16 +146,20 @@ class EFF(AbstractClusterModel):
     def outer_radius(self) -> Array | None:
         return self.r_t
 
+    @_one_program_when_eager
     def mass_fraction(self, r: ArrayLike) -> Array:
         return self.profile().mass_fraction(r)
 
+    @_one_program_when_eager
     def density(self, r: ArrayLike) -> Array:
         return self.profile().density(r)
 
+    @_one_program_when_eager
     def potential(self, r: ArrayLike) -> Array:
         """Phi(r) in (km/s)^2 (module docstring)."""
         return self.profile().potential(r)
 
+    @_one_program_when_eager
     def velocity_dispersion(self, r: ArrayLike) -> Array:
         """One-dimensional isotropic Jeans dispersion sigma(r), km/s."""
         return eff_velocity_dispersion(r, self.gamma, self.scale_radius, self.total_mass, self.G, self.r_t)
@@ -153,11 +176,7 @@ class EFF(AbstractClusterModel):
         return self.profile().tabulated().sample_phase_space(keys, n, dtype)
 
 
-# Called eagerly (a model's `density(r)` in a user's loop), the solve's loop
-# closes over a new function each time: JAX traced and compiled it on every
-# call (0.29 s) and kept each program, until the process ran out of memory
-# maps after ~700 calls. Compiled once here, per shape (the model's parameters
-# were checked when it was made).
+# `EFF.scale_radius` called eagerly (or `profile()`): as `_one_program_when_eager`.
 _scale_radius_compiled = jax.jit(without_checks(eff_scale_radius))
 
 
