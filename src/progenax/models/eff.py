@@ -61,7 +61,7 @@ def untruncated_gamma(dtype) -> Interval:
 
 
 def _one_program_when_eager(method):
-    """`method(model, r)` compiled as one program, once per shape, when called
+    """`method(model, *arrays)` compiled as one program, once per shape, when called
     outside any transformation (a user's loop over `model.density(r)`): run
     op by op, its loops (the scale-radius solve, the series' Horner scan)
     close over new functions at every call, and JAX compiled each anew (25 ms
@@ -71,8 +71,8 @@ def _one_program_when_eager(method):
     compiled = jax.jit(without_checks(method))
 
     @functools.wraps(method)
-    def call(self, r: ArrayLike) -> Array:
-        return compiled(self, jnp.asarray(r)) if at_top_level() else method(self, r)
+    def call(self, *arrays: ArrayLike) -> Array:
+        return compiled(self, *map(jnp.asarray, arrays)) if at_top_level() else method(self, *arrays)
 
     call.compiled = compiled  # its cache, for tests
     return call
@@ -127,10 +127,9 @@ class EFF(AbstractClusterModel):
         return super().from_record(params, total_mass, G)
 
     @property
+    @_one_program_when_eager
     def scale_radius(self) -> Array:
         """Scale radius a (pc) that gives the half-mass radius r_h."""
-        if at_top_level():
-            return _scale_radius_compiled(self.r_h, self.gamma, self.r_t)
         return eff_scale_radius(self.r_h, self.gamma, self.r_t)
 
     def profile(self) -> EFFProfile:
@@ -174,10 +173,6 @@ class EFF(AbstractClusterModel):
         """Radii by the closed-form inverse of M(<r), velocities from the DF
         (isotropic, or Osipkov-Merritt with `ra`), through `profile().tabulated()`."""
         return self.profile().tabulated().sample_phase_space(keys, n, dtype)
-
-
-# `EFF.scale_radius` called eagerly (or `profile()`): as `_one_program_when_eager`.
-_scale_radius_compiled = jax.jit(without_checks(eff_scale_radius))
 
 
 class EFFProfile(AbstractClusterModel):

@@ -49,10 +49,16 @@ def osipkov_merritt_parts(model, x: ArrayLike) -> tuple[Array, Array]:
     return f[0], f[1]
 
 
+def _terms(model, ra: ArrayLike, x: ArrayLike) -> tuple[Array, Array]:
+    r"""$f_0$ and $(r_h/r_a)^2 f_2$ at $Q = \Psi(r_h e^x)$: the two terms of $f(Q)$."""
+    f0, f2 = osipkov_merritt_parts(model, x)
+    return f0, (jnp.asarray(model.r_h, f0.dtype) / ra) ** 2 * f2
+
+
 def osipkov_merritt_df(model, ra: ArrayLike, x: ArrayLike) -> Array:
     r"""The Osipkov-Merritt $f(Q)$, $Q = \mathcal E - L^2/(2r_a^2)$, at $Q = \Psi(r_h e^x)$ (`ra` in pc)."""
-    f0, f2 = osipkov_merritt_parts(model, x)
-    return f0 + (jnp.asarray(model.r_h, f0.dtype) / ra) ** 2 * f2
+    f0, f2 = _terms(model, ra, x)
+    return f0 + f2
 
 
 def osipkov_merritt_limit(model) -> Array:
@@ -77,8 +83,7 @@ at x = -10, deep in the core; 6e-12 for most energies)."""
 
 def checked_df(model, ra: Array, x_f: Array) -> Array:
     """The Osipkov-Merritt f at the table's nodes, with its f >= 0 check (`error_if`)."""
-    f0, f2 = osipkov_merritt_parts(model, x_f)
-    f2 = (jnp.asarray(model.r_h, f0.dtype) / ra) ** 2 * f2
+    f0, f2 = _terms(model, ra, x_f)
     f = f0 + f2
     # f >= 0 up to rounding and the quadrature's error at each node: 1e-6 of the
     # two terms summed there in float64 (the quadrature's worst, deep in a core

@@ -157,7 +157,7 @@ def relax(
         n_bands=1 if n_bands is None else n_bands,
         band_ratio=band_ratio,
     )  # step_size, momentum, max_step left None: make_relaxation takes the boundary's
-    ic, x0, m = _positions_and_masses(system)
+    ic, systems, x0, m = _positions_and_masses(system)
     n, dim = x0.shape
     dtype = x0.dtype
     if box is not None:
@@ -179,7 +179,7 @@ def relax(
     if keep_radii and box is not None:
         raise ValueError("keep_radii applies to open boundaries (box=None)")
 
-    com_masses = m if ic is None else ic.systems().masses
+    com_masses = m if ic is None else systems.masses
     projections = (LimitStep(),) if box is not None else (LimitStep(), KeepCentreOfMass(com_masses))
     if keep_radii:
         projections = (KeepRadii.of(x0, com_masses),) + projections
@@ -193,7 +193,6 @@ def relax(
         return x
     vel = ic.state.velocities
     if velocities == "resample":  # the systems' velocities (weighted masses), each binary's orbit kept
-        systems = ic.systems()
         moved = InitialConditions(systems, jnp.ones_like(systems.masses), ic.model, ic.params, ic.units)
         fresh = resample_velocities(key, moved, x)
         vel = fresh if ic.pairs is None else vel + _per_star(ic, fresh - systems.velocities)
@@ -212,19 +211,23 @@ def _per_star(ic: InitialConditions, change: Array) -> Array:
     return change.at[ic.pairs[:, 1]].set(change[ic.pairs[:, 0]])
 
 
-def _positions_and_masses(system) -> tuple[InitialConditions | None, Array, Array | None]:
-    """(physical InitialConditions or None, positions (N, d), tracer masses or
-    None): a cluster's systems (`InitialConditions.systems`: what relaxes, a
-    binary as one) and their `tracer_masses`."""
+def _positions_and_masses(
+    system,
+) -> tuple[InitialConditions | None, ParticleState | None, Array, Array | None]:
+    """(physical InitialConditions or None, its systems or None, positions
+    (N, d), tracer masses or None): a cluster's systems
+    (`InitialConditions.systems`: what relaxes, a binary as one), their
+    positions and their `tracer_masses`."""
     if isinstance(system, InitialConditions):
         ic = system.to_physical()
-        return ic, ic.systems().positions, tracer_masses(ic)
+        systems = ic.systems()
+        return ic, systems, systems.positions, tracer_masses(ic)
     x0 = jnp.asarray(system)
     if x0.ndim != 2 or x0.shape[1] not in (2, 3):
         raise ValueError(f"positions must have shape (N, 2) or (N, 3), got {x0.shape}")
     if not jnp.issubdtype(x0.dtype, jnp.floating):
         x0 = x0.astype(jnp.result_type(float))
-    return None, x0, None
+    return None, None, x0, None
 
 
 _step_once = eqx.filter_jit(lambda step, state: step(state))
