@@ -66,11 +66,12 @@ _CELL_SAFETY = 1.0 + 1e-9
 _QUERY_BLOCK = 4096
 # Classes of loop steps the workload order can count (`_workload_order`), and
 # the particles from which it does rather than sorting. The count compiles
-# 0.3 s longer per list in a program (a relaxation's bands: 0.7 s at 1e5);
-# from 2^18 particles on it saves 11 ms a call (35 ms at 1e6) and pays for
-# its compile within a few tens of calls.
+# 0.25-0.3 s longer per list in a program (a relaxation's bands: 0.7 s at
+# 1e5); from 2^16 particles on it saves a call 1.5 ms or more (2.5 ms at 1e5
+# in 2D, a tenth of the density gradient; 35 ms at 1e6), so a loop of a few
+# hundred calls (a relaxation, an HMC chain) pays for it.
 _WORKLOAD_CLASSES = 16
-_COUNTING_MIN_SIZE = 2**18
+_COUNTING_MIN_SIZE = 2**16
 
 
 class CellList(eqx.Module):
@@ -294,8 +295,8 @@ def _workload_order(steps: Array, max_steps: int) -> Array:
     XLA's sort is single-threaded. When the positive steps span at most
     `_WORKLOAD_CLASSES - 1` values, as they do for uniform or adaptive
     smoothing lengths, they are counted instead (`small_key_order`; with
-    the test of the span, 23 ms against the sort's 58 ms at N = 1e6, 3.4
-    against 14 ms at 2^18), with the particles of no candidate (steps 0:
+    the test of the span, 23 ms against the sort's 58 ms at N = 1e6, 0.3
+    against 2.7 ms at 1e5), with the particles of no candidate (steps 0:
     a band's non-queries) in a class of their own: the same order.
     Otherwise, and below `_COUNTING_MIN_SIZE` particles, it is the sort.
     """
