@@ -8,6 +8,7 @@ import pytest
 from progenax import fractal_builder
 from progenax.diagnostics import half_mass_radius, virial_ratio
 from progenax.diagnostics.structure import q_parameter
+from progenax.structure.fractal import box_fractal
 
 MESH_N = 1500  # the tests that lower EXACT_MAX_N build this n (see test_virial_ratio_with_mesh_energy)
 
@@ -94,6 +95,24 @@ def test_gradients_r_h_and_Q():
 def test_bad_D(D):
     with pytest.raises(ValueError, match="D must be"):
         fractal_builder(0, n=10, D=D)
+
+
+def test_D_must_be_a_scalar():
+    with pytest.raises(ValueError, match="D must be a scalar"):
+        fractal_builder(0, n=10, D=jnp.array([2.0, 2.5]))
+
+
+@pytest.mark.parametrize("D", [0.5, 4.0, float("nan")])
+def test_box_fractal_refuses_a_D_its_generations_are_not_sized_for(D):
+    # The public generator took any D: 4 acted as 3, and below 1.6 the tree can
+    # hold fewer than n leaves.
+    with pytest.raises(ValueError, match="D must be >= 1.6 and <= 3.0"):
+        box_fractal(jax.random.PRNGKey(0), 100, D)
+
+
+def test_box_fractal_refuses_no_stars():
+    with pytest.raises(ValueError, match="n must be >= 1"):  # was "math domain error"
+        box_fractal(jax.random.PRNGKey(0), 0, 2.0)
 
 
 def test_bad_D_under_jit_grad():

@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 
 import progenax  # noqa: E402
 from progenax.diagnostics import density_centre  # noqa: E402
-from progenax.imf import kroupa, salpeter  # noqa: E402
+from progenax.imf import ChabrierIMF, kroupa, salpeter  # noqa: E402
 from progenax.plotting import _imf_of, _quicklook_figure, quicklook  # noqa: E402
 from progenax.profiles.plummer import plummer_scale_radius  # noqa: E402
 from progenax.state import InitialConditions, ParticleState  # noqa: E402
@@ -69,6 +69,23 @@ def test_imf_comes_from_recorded_parameters():
     np.testing.assert_allclose(found.mean_mass(), salpeter().mean_mass())
     found, _ = _imf_of(progenax.plummer_builder(0, n=100, imf="equal"))
     assert found is None
+
+
+def test_chabrier_imf_comes_from_recorded_parameters():
+    # The quick-look drew no IMF over a Chabrier build's masses (only power laws were read).
+    found, label = _imf_of(progenax.plummer_builder(0, n=100, imf="chabrier"))
+    assert isinstance(found, ChabrierIMF) and "Chabrier" in label
+    np.testing.assert_allclose(found.mean_mass(), ChabrierIMF().mean_mass(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["one star", "all at one point"])
+def test_quicklook_of_a_cluster_with_no_radial_extent(tmp_path, case):
+    # Every star at the density centre left no radius > 0 to bin: IndexError.
+    n = 1 if case == "one star" else 300
+    ic = _plummer_ic(n)
+    state = ParticleState(jnp.ones((n, 3)), ic.state.velocities, ic.state.masses)
+    ic = InitialConditions(state, ic.weights, ic.model, ic.params, ic.units)
+    assert _is_png(quicklook(ic, tmp_path / "q.png"))
 
 
 def test_model_curves_are_the_models_own_values():

@@ -36,7 +36,7 @@ import numpy as np
 
 from .diagnostics.centre import density_centre
 from .diagnostics.kinematics import anisotropy_profile, rotation_curve
-from .imf import PowerLawIMF
+from .imf import ChabrierIMF, PowerLawIMF
 from .io._paths import atomic_write
 from .io.gadget import is_gas
 from .models import NoAnalyticFormError, prepared_density
@@ -106,11 +106,19 @@ def model_label(model) -> str:
     return ", ".join(parts)
 
 
+_CHABRIER_RECORD = ("m_c", "sigma", "alpha", "m_min", "m_break", "m_max")
+"""The fields `ChabrierIMF.record` stores in a cluster's params (as "imf_<field>")."""
+
+
 def _imf_of(ic):
-    """The power-law IMF the builder recorded (`imf_breaks`, `imf_slopes`), with a
-    label, or (None, None) when there is none (equal masses, unknown origin)."""
+    """The IMF the builder recorded in `ic.params`, with a label: a power law
+    (`imf_breaks`, `imf_slopes`) or Chabrier's (`imf_m_c`, ...); (None, None)
+    when there is none (equal masses, a file of unknown origin)."""
 
     params = dict(ic.params)
+    if all(f"imf_{name}" in params for name in _CHABRIER_RECORD):
+        fields = {name: float(np.asarray(params[f"imf_{name}"])) for name in _CHABRIER_RECORD}
+        return ChabrierIMF(**fields), f"Chabrier IMF, high-mass slope {fields['alpha']:.3g}"
     breaks, slopes = params.get("imf_breaks"), params.get("imf_slopes")
     if breaks is None or slopes is None:
         return None, None
@@ -122,7 +130,7 @@ def _imf_of(ic):
 def _panel_positions(ax, c: dict[str, Any], r_h: float) -> None:
     from matplotlib.colors import LogNorm  # matplotlib only when a figure is drawn (start-up time)
 
-    lim = 4.0 * r_h
+    lim = 4.0 * r_h if r_h > 0 else 1.0  # every star at the centre: r_h = 0
     x, y = c["x"][:, 0], c["x"][:, 1]
     n = x.shape[0]
     if n <= _POINTS_MAX_N:
@@ -156,6 +164,11 @@ def _panel_density(ax, ic, c: dict[str, Any], r_h: float) -> None:
     positive = r > 0
     order = np.argsort(r[positive])
     r_sorted = r[positive][order]
+    if r_sorted.size < 2 or r_sorted[0] == r_sorted[-1]:
+        # One star, or every star at the density centre: no profile to measure.
+        ax.text(0.5, 0.5, "too few stars off the centre\nfor a density profile", ha="center", va="center")
+        ax.set_axis_off()
+        return
     # Inner edge: the radius holding ~10 stars, so the first shell is not empty
     # noise; outer edge: the outermost star.
     inner = r_sorted[min(9, r_sorted.size - 1)]
@@ -324,10 +337,11 @@ def quicklook(ic, path: str | os.PathLike, *, imf=None, dpi: int = 110) -> Path:
 
     - `ic`: an `InitialConditions` (any units; plotted in pc and Msun).
     - `path`: the PNG to write.
-    - `imf`: the `progenax.imf.PowerLawIMF` the masses were drawn from, to draw
-      over the mass function. By default it is read from `ic.params`
-      (`imf_breaks`/`imf_slopes`), or Kroupa(`alpha`) or Salpeter when one of them
-      fits the masses (Kolmogorov-Smirnov test); equal masses draw a line.
+    - `imf`: the IMF the masses were drawn from (`progenax.imf.PowerLawIMF`,
+      `ChabrierIMF`, anything with `pdf`, `m_min` and `m_max`), to draw over the
+      mass function. By default the one the builder recorded in `ic.params`
+      (a power law's `imf_breaks`/`imf_slopes`, Chabrier's `imf_m_c`, ...); none
+      for a file of unknown origin. Equal masses draw a line.
     - `dpi`: resolution of the PNG.
     """
     return save_png(_quicklook_figure(ic, imf), Path(path), dpi=dpi)

@@ -40,9 +40,10 @@ def safe_divide(num: Array, den: Array) -> Array:
 
 
 def safe_sqrt(r2: Array) -> Array:
-    """sqrt(r2) for r2 >= 0, 0 (with a zero gradient, never NaN) where r2 = 0 (double where)."""
+    """sqrt(r2) for r2 >= 0, 0 (with a zero gradient, never NaN) where r2 = 0 (double
+    where); NaN stays NaN (a NaN position must not read as a star at the centre)."""
     pos = r2 > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, r2, 1.0)), 0.0)
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, r2, 1.0)), jnp.where(jnp.isnan(r2), r2, 0.0))
 
 
 def safe_norm(x: Array, axis: int = -1) -> Array:

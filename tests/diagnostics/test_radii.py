@@ -67,3 +67,12 @@ def test_half_mass_radius_and_spherical_energy_sort_once_in_one_program():
 
     text = jax.jit(both).lower(x, m, jnp.zeros(3)).compile().as_text()
     assert text.count(" sort(") == 1
+
+
+def test_a_nan_position_gives_nan_radii_not_zero():
+    # `safe_sqrt` read a NaN squared radius as 0: with the centre of mass as
+    # centre every radius was NaN, and the half-mass radius came out 0.
+    x = jax.random.normal(jax.random.PRNGKey(0), (1000, 3)).at[0, 0].set(jnp.nan)
+    m = jnp.ones(1000)
+    assert np.isnan(float(half_mass_radius(x, m)))
+    assert np.all(np.isnan(np.asarray(lagrangian_radii(x, m))))

@@ -22,7 +22,7 @@ from ..state import InitialConditions
 from ..structure.fractal import D_MAX, D_MIN, box_fractal, box_fractal_share, remap_to_plummer, remap_to_plummer_share
 from ..structure.segregation import apply_segregation, check_segregation_arguments
 from ..units import G_PHYSICAL
-from ..validation import deferred_checks, errors_as_nan
+from ..validation import check_scalar, deferred_checks, errors_as_nan, without_checks
 from ._binaries import check_binaries, draw_companions, drop_absent_companions
 from ._common import (
     as_key,
@@ -73,7 +73,7 @@ def _fractal(key, n, D, r_h, alpha, Q, imf, units, segregation, temperature, bin
     k_m, k_f, k_s = jax.random.split(key, 3)
     dtype = r_h.dtype
     masses = sample_masses(k_m, n, imf, alpha)
-    raw_pos, raw_vel = box_fractal(k_f, n, D, dtype=dtype)
+    raw_pos, raw_vel = without_checks(box_fractal)(k_f, n, D, dtype=dtype)  # D checked by the builder
     if profile == "box":  # the fractal's own radii, scaled to r_h about the centre of mass
         positions = raw_pos * (r_h / half_mass_radius(raw_pos, masses))
     else:
@@ -159,10 +159,11 @@ def fractal_builder(
     - `key`: a `jax.random` key (or an int seed); `n`: number of stars (static).
     - `D`: fractal dimension in [1.6, 3] (1.6 very clumpy, 3 no substructure);
       partially differentiable (zero pathwise gradient, see module docstring).
-    - `r_h`: 3D half-mass radius in pc (> 0) of the unsegregated cluster.
+    - `r_h`: 3D half-mass radius in pc (> 0) of the cluster returned, about its
+      centre of mass, at every `segregation`.
     - `alpha`, `imf`, `units`: as for `progenax.plummer_builder`.
-    - `Q`: virial ratio T/|W| (> 0; not None: the fractal's velocities have no
-      scale of their own).
+    - `Q`: virial ratio T/|W| (>= 0, 0 a cold start; not None: the fractal's
+      velocities have no scale of their own).
     - `segregation`: mass segregation S in [0, 1)
       (`progenax.structure.segregation.apply_segregation`); 0 (concrete or
       traced) leaves the cluster unsegregated. The energies that rank the
@@ -193,10 +194,11 @@ def fractal_builder(
     ```
     """
     if Q is None:
-        raise ValueError("Q must be a positive number for fractal_builder (not None)")
+        raise ValueError("Q must be a number >= 0 for fractal_builder (not None)")
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
+    check_scalar("D", D)
     D = c.checks.range(
         "D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True, piecewise_constant=True
     )

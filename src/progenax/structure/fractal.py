@@ -110,6 +110,7 @@ from .._sort import float_order, largest_passing
 from .._types import Array, ArrayLike, Key
 from ..diagnostics.ring import ring_mass_inside
 from ..profiles.plummer import plummer_sample_radii, plummer_scale_radius
+from ..validation import check_count, check_range, check_scalar
 
 D_MIN, D_MAX = 1.6, 3.0
 
@@ -368,10 +369,15 @@ def box_fractal(key: Key, n: int, D: ArrayLike, *, dtype=None) -> tuple[Array, A
 
     See the module docstring. Positions are in units of the cube's half-side,
     velocities in units of the root dispersion. Piecewise constant in D (no
-    gradient, see the module docstring).
+    gradient, see the module docstring). `n` >= 1 (static); D a scalar in
+    [`D_MIN`, `D_MAX`] = [1.6, 3] (the generations are sized for D >= 1.6;
+    `ValueError` otherwise, at run time under `jit`).
 
     **Returns:** `(positions, velocities)`, each (n, 3).
     """
+    n = check_count("n", n)
+    check_scalar("D", D)
+    D = check_range("D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True)
     dtype, target, threshold, seeds = _settings(key, n, D, dtype)
     tree = _grow(_root(_whole_chunks(target), dtype), seeds, threshold, target, _ONE_DEVICE)
     return _select(seeds, tree, threshold, n)

@@ -55,10 +55,11 @@ shrinks the mass-weighted half-mass radius (a Plummer sphere of 10,000 Kroupa
 stars: 0.99 pc unsegregated, 0.65 at S = 0.5, 0.46 at S = 0.9), while the
 half-number radius stays. So that a builder's `r_h` is the half-mass radius of
 the cluster it returns at every S, the reassigned positions are scaled by
-$f = r_h^{\rm before} / r_h^{\rm after}$ (both mass-weighted 3D half-mass radii
-about `centre`, `progenax.diagnostics.half_mass_radius`) and the velocities by
+$f = r_h^{\rm before} / r_h^{\rm after}$ (both mass-weighted 3D half-mass radii,
+each about its own centre of mass, `progenax.diagnostics.half_mass_radius`:
+the builders centre their output there) and the velocities by
 $f^{-1/2}$, which keeps $T/|W|$. The half-number radius then grows with S (1.00
-pc at S = 0, 1.53 at S = 0.5, 2.17 at S = 0.9 for that sphere). The factor is
+pc at S = 0, 1.51 at S = 0.5, 2.15 at S = 0.9 for that sphere). The factor is
 differentiable (sorted values, as everywhere here); `keep_half_mass_radius=False`
 returns the plain reassignment.
 
@@ -231,7 +232,8 @@ def apply_segregation(
     - `temperature`: width of the relaxed ranking in units of the mean key
       spacing (smaller: closer to the hard ranking, noisier gradient).
     - `keep_half_mass_radius` (static): scale the result so its mass-weighted
-      half-mass radius about `centre` is that of the input (velocities by the
+      half-mass radius about its centre of mass is that of the input about
+      the input's (velocities by the
       inverse square root, keeping T/|W|); see the module docstring.
 
     **Returns:** `(positions, velocities)` of star i on its assigned orbit.
@@ -260,7 +262,10 @@ def apply_segregation(
     grow_r, grow_v = _straight_through_growth(keys, width, key_order, x, velocities, by_energy)
     x_out, v_out = x_new * (1.0 + grow_r)[:, None], v_new * (1.0 + grow_v)[:, None]
     if keep_half_mass_radius:
-        origin = jnp.zeros(3, dtype)
-        f = half_mass_radius(x, masses, centre=origin) / half_mass_radius(x_out, masses, centre=origin)
+        # Each about its own centre of mass, where builders centre their output: the
+        # heavy stars' new orbits move it (a remapped fractal's bound orbits lie
+        # on one side: 0.4-0.7 pc off at S = 0.5), and a ratio about `centre`
+        # left the recentred cluster's r_h 30-60% short.
+        f = half_mass_radius(x, masses) / half_mass_radius(x_out, masses)
         x_out, v_out = x_out * f, v_out / jnp.sqrt(f)
     return centre + x_out, v_out
