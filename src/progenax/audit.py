@@ -337,7 +337,9 @@ def _load_registry() -> None:
         AuditEntry("plummer_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
         AuditEntry("eff_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
         AuditEntry("king_builder", "segregation", 0.5, (0.0, 0.95), status="partial", reason=_SEGREGATION_REASON),
-        # The other parameters keep exact gradients when the stars are segregated.
+        # r_h, alpha and Q keep exact gradients when the stars are segregated (they scale the
+        # energies alike); the shape parameters (W0, g, gamma, r_t, ra) reorder the energies
+        # the ranking sorts, so with S > 0 they jump at fixed keys (docs/substructure.md).
         AuditEntry("plummer_builder", "r_h", 1.0, (1e-3, 1e3), kwargs={"segregation": 0.5}),
         # Osipkov-Merritt ra (pc; the limit is 0.75 a = 0.575 pc at r_h = 1) and rotation share
         # one compile: the flips (L_0 = 0) do not depend on ra, since sign(L_z) is that of the

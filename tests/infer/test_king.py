@@ -133,3 +133,10 @@ def test_model_reads_the_table_when_the_w0_prior_allows(data):
     assert np.isfinite(table) and table != solved and abs(table - solved) < 1e-3
     assert factor(None) == pytest.approx(table, rel=1e-13)
     assert factor({"W0": dist.Uniform(0.1, 12.0)}) == pytest.approx(solved, rel=1e-13)
+
+
+def test_a_table_that_does_not_cover_the_w0_prior_is_refused(data):
+    # `tabulated=True` with a prior reaching below the table's 0.5 used to start
+    # sampling and fail at the first proposal below 0.5, mid-warmup.
+    with pytest.raises(ValueError, match="tabulated=True reads W0 from the King table"):
+        log_density(king_model, (data,), {"priors": {"W0": dist.Uniform(0.1, 15.0)}, "tabulated": True}, {})

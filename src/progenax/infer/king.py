@@ -46,7 +46,7 @@ from .._types import Array, ArrayLike
 from ..kinematics.king_df import mean_square_speed, regularized_lower_gamma
 from ..models import King
 from ..profiles.king import W0_MAX, king_density_of_W, king_potential, king_velocity_scale_squared
-from ..profiles.king_table import king_profile, table_covers
+from ..profiles.king_table import TABLE_W0_MIN, king_profile, table_covers
 from ..sampling import safe_norm
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
@@ -291,7 +291,8 @@ def king_model(
     have an interval, lower-bounded or real support.
 
     **The profile** (`tabulated`, static). `True` reads the King profile at each
-    W0 from the table of `progenax.profiles.king_table` (0.5 <= W0 <= 20); `False`
+    W0 from the table of `progenax.profiles.king_table` (0.5 <= W0 <= 20; a W0
+    prior whose support leaves it is a `ValueError`); `False`
     solves Poisson's equation at every gradient, which makes a NUTS step about 15
     times slower. The default `None` takes the table when the W0 prior's support
     lies in [0.5, 20].
@@ -316,9 +317,16 @@ def king_model(
             support_bounds(name, merged[name])  # eager check of the support
         if data.velocities is not None:
             total_mass_of(data, total_mass)  # ValueError without masses or total_mass
+    span = prior_range(merged["W0"])
     if tabulated is None:
-        span = prior_range(merged["W0"])
         tabulated = span is not None and table_covers(*span)
+    elif tabulated and span is not None and not table_covers(*span):
+        # Else the first W0 the sampler proposed outside the table failed the
+        # table's run-time check, mid-warmup, deep inside a JaxRuntimeError.
+        raise ValueError(
+            f"tabulated=True reads W0 from the King table, [{TABLE_W0_MIN}, {W0_MAX}], but the W0 prior's "
+            f"support is [{span[0]:g}, {span[1]:g}]: give a prior inside the table, or tabulated=False"
+        )
     start = king_initial_values(data, total_mass, G, num_points, tabulated)
 
     def site(name):

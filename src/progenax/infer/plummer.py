@@ -25,6 +25,7 @@ import numpyro.distributions as dist
 from .._types import Array, ArrayLike
 from ..models import Plummer
 from ..profiles.plummer import plummer_escape_speed_squared, plummer_scale_radius
+from ..sampling import safe_norm
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
 from .framework import FRAME_PARAMETERS, check_model_arguments, total_mass_of
@@ -93,7 +94,7 @@ def plummer_log_likelihood(
         elif data.projected:
             total += jnp.sum(plummer_projected_velocity_logpdf(x, v, a, M, Q, G))
         else:
-            r = jnp.sqrt(jnp.sum(x**2, axis=-1))
+            r = safe_norm(x)  # a star at the centre: a finite gradient in `centre`, as the other branches have
             total += jnp.sum(plummer_position_logpdf(x, a) + plummer_velocity_logpdf(v, r, a, M, Q, G))
     elif data.projected:
         total += jnp.sum(plummer_projected_logpdf(x, a))
