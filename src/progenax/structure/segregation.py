@@ -232,9 +232,9 @@ def apply_segregation(
     - `temperature`: width of the relaxed ranking in units of the mean key
       spacing (smaller: closer to the hard ranking, noisier gradient).
     - `keep_half_mass_radius` (static): scale the result so its mass-weighted
-      half-mass radius about its centre of mass is that of the input about
-      the input's (velocities by the
-      inverse square root, keeping T/|W|); see the module docstring.
+      half-mass radius about its centre of mass is the input's about its own
+      (velocities by the inverse square root, keeping T/|W|); see the module
+      docstring.
 
     **Returns:** `(positions, velocities)` of star i on its assigned orbit.
     See the module docstring for the assignment and its gradient.
