@@ -320,3 +320,18 @@ def test_slots_per_particle_does_not_overflow_on_crowded_lists(data):
     cells = build_cell_list(x, REACH, cells_per_reach=1, x_cells_per_reach=4, chunk=16)
     crowded = eqx.tree_at(lambda c: c.total, cells, jnp.full_like(cells.total, 2**28))
     assert float(slots_per_particle(crowded, 16, 8)) == 2.0**28
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_pair_function_parts_of_different_widths_are_refused(symmetric):
+    # Two components to the query and one to the candidate: the one was added
+    # into both columns (scatter form), or a scan carry mismatch surfaced later.
+    def pair(a_i, a_j, dx):
+        w = jnp.ones_like(dx[0])
+        return (w, 2.0 * w), (w,)
+
+    layout = layout_for(DIM)
+    x = jax.random.uniform(jax.random.PRNGKey(0), (50, DIM)) * L
+    cells = build_cell_list(x, jnp.asarray(REACH), cells_per_reach=layout.cells_per_reach)
+    with pytest.raises(ValueError, match="the same K to the candidate; got 2 and 1"):
+        make_pair_sum(pair, layout, symmetric=symmetric)(cells, {"x": x})

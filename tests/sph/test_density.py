@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from progenax.sph import density, density_loss
+from progenax.sph import adaptive_density, density, density_loss
 
 RTOL = 1e-12
 KEY = jax.random.PRNGKey(7)
@@ -90,12 +90,28 @@ def test_periodic_box_with_one_length_per_axis():
     _check_against_brute(x, 1.0, 0.4, jnp.asarray(2.0), jnp.array([8.0, 3.0, 5.0]))
 
 
-@pytest.mark.parametrize("box", [1.5, 2.5, 3.3])
+@pytest.mark.parametrize("box", [1.6, 2.5, 3.3])
 def test_periodic_box_smaller_than_a_few_kernel_supports(box):
     # With so few cells per axis the ±k rows and the x runs would repeat
-    # cells: each neighbour must still be counted once (minimum image).
+    # cells: each neighbour must still be counted once (minimum image). 1.6 is
+    # the smallest box the support radius 2h = 0.8 allows.
     x = _uniform(KEY, N2, 2, box)
     _check_against_brute(x, 1.0, 0.4, jnp.asarray(2.0), box)
+
+
+def test_box_shorter_than_twice_the_support_is_refused():
+    # Below 4h a particle's support holds two images of a neighbour and the
+    # minimum image counts one: a 4x4 lattice in a unit box with h = 0.45 came
+    # out at 13.97 against 16.01 summed over every image.
+    g = jnp.arange(4) / 4.0
+    x = jnp.stack(jnp.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    with pytest.raises(ValueError, match="box must be at least twice the kernel's support"):
+        density(x, 1.0, 0.45, box=1.0)
+    with pytest.raises(ValueError, match="box must be at least twice"):
+        density(x, 1.0, jnp.full(16, 0.1).at[3].set(0.3), box=1.0)  # the largest h counts
+    with pytest.raises(Exception, match="box must be at least twice"):
+        jax.block_until_ready(jax.jit(lambda h: density(x, 1.0, h, box=1.0))(0.45))
+    assert np.all(np.isfinite(np.asarray(density(x, 1.0, 0.25, box=1.0))))  # 4h = L: allowed
 
 
 def test_particles_on_cell_and_box_edges():
@@ -235,6 +251,25 @@ def test_bad_values_are_refused_eagerly_and_under_jit(jitted_density, name, h, b
     # One compile for every case: box is always traced (4.0 is a valid box).
     with pytest.raises(Exception, match=f"{name} must be"):
         jax.block_until_ready(jitted_density(x, h, 4.0 if box is None else box))
+
+
+@pytest.mark.parametrize("name,h,box,nan_row", BAD_INPUTS)
+def test_adaptive_density_refuses_what_density_refuses(name, h, box, nan_row):
+    # It checked nothing: h = -0.1 gave densities of -4067, h = 0 or NaN zeros,
+    # box = 0 NaN, box = -1 garbage, one NaN row 32 NaN densities of 50.
+    x = jax.random.uniform(KEY, (N2, 2)) * 4.0
+    if nan_row is not None:
+        x = x.at[nan_row, 0].set(jnp.nan)
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        adaptive_density(x, 1.0, h, box=box)
+
+
+def test_density_loss_takes_rho0_as_a_scalar_or_one_per_particle():
+    # An (N, 1) target broadcast against (N,) densities summed N^2 terms.
+    x = jax.random.uniform(KEY, (50, 2))
+    with pytest.raises(ValueError, match="rho0 must be a scalar or have shape \\(50,\\)"):
+        density_loss(x, 1.0, 0.1, jnp.full((50, 1), 100.0))
+    np.testing.assert_allclose(density_loss(x, 1.0, 0.1, jnp.full(50, 100.0)), density_loss(x, 1.0, 0.1, 100.0))
 
 
 def test_constant_h_closed_over_under_jit():

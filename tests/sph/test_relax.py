@@ -163,6 +163,28 @@ def test_bad_input_raises_before_any_work(small_plummer, kwargs, message):
         relax(small_plummer, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(box=0.0), "box must be"),
+        (dict(box=-1.0), "box must be"),
+        (dict(box=float("nan")), "box must be"),
+        (dict(masses=-1.0), "masses must be"),
+        (dict(nan_row=3), "positions must be finite"),
+    ],
+)
+def test_bad_box_masses_or_positions_are_refused(kwargs, message):
+    # box = 0 or NaN gave NaN everywhere, box = -1 mapped every particle into
+    # [-1, 0), one NaN row made 158 rows NaN, and negative masses returned the
+    # input unchanged: no error, as the docstring promised for bad settings.
+    x = jax.random.uniform(jax.random.PRNGKey(0), (200, 2))
+    if "nan_row" in kwargs:
+        x = x.at[kwargs.pop("nan_row"), 0].set(jnp.nan)
+    arguments = {"box": 1.0, "target": 200.0, "steps": 1, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        relax(x, **arguments)
+
+
 def test_target_none_needs_a_model():
     with pytest.raises(ValueError, match="target"):
         relax(jnp.zeros((10, 3)), steps=1)

@@ -297,7 +297,15 @@ def _width(pair_fn, features: dict) -> tuple[int, int]:
         return pair_fn(a, a, dx)
 
     to_i, to_j = jax.eval_shape(probe)
-    return len(_components(to_i)), len(_components(to_j))
+    k_i, k_j = len(_components(to_i)), len(_components(to_j))
+    if k_i == 0 or k_j not in (0, k_i):
+        # A scattered part of another width was broadcast into the gathered
+        # columns (one component added into both of two), or widened them.
+        raise ValueError(
+            f"a pair function returns (to_i, to_j): K >= 1 components to the query and, unless to_j is None, "
+            f"the same K to the candidate; got {k_i} and {k_j}"
+        )
+    return k_i, k_j
 
 
 # -- the pair sum and its reverse pass -----------------------------------------------

@@ -42,9 +42,10 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .._types import Array, ArrayLike
+from ..sph.density import checked_box, checked_positions
 from ..sph.kernels import get_kernel
 from ..sph.pairs import density_pair_sum
-from ..validation import check_finite, check_range, check_static_int
+from ..validation import check_range, check_static_int
 from ._device import Config, halo_plan, mesh_axis, query_cells, raise_if, shard_map_particles, with_halo
 from ._device import particle_mesh as particle_mesh
 from .halo import mesh_offsets
@@ -214,18 +215,12 @@ def _layout_config(x, h, valid, mesh=None, box=None, kernel="cubic", axis=0, hop
 
 # -- the particle-order functions ----------------------------------------------------
 def _prepare(positions, masses, h, box, n_devices, axis, bounds, capacity):
-    positions = jnp.asarray(positions)
-    if positions.ndim != 2 or positions.shape[1] not in (1, 2, 3) or positions.shape[0] == 0:
-        raise ValueError(f"positions must have shape (N, d), N >= 1, d in 1, 2, 3; got {positions.shape}")
-    if not jnp.issubdtype(positions.dtype, jnp.floating):
-        positions = positions.astype(jnp.result_type(float))
-    check_finite("positions", positions)
+    positions = checked_positions(positions, traced=False)
     n, dim = positions.shape
     dtype = positions.dtype
     masses = jnp.broadcast_to(jnp.asarray(masses, dtype), (n,))
     h = jnp.broadcast_to(check_range("h", h, lower=0.0).astype(dtype), (n,))
-    if box is not None:
-        box = jnp.broadcast_to(check_range("box", box, lower=0.0).astype(dtype), (dim,))
+    box = checked_box(box, dim, dtype, h)
     slabs = decompose(positions, n_devices, axis=axis, box=box, bounds=bounds, capacity=capacity)
     return positions, masses, h, box, slabs
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array
+from .density import prepare_density_arguments
 from .kernels import SUPPORT, get_kernel
 from .pairs import build_bands, density_pair, pair_sum, safe_distance
 
@@ -83,20 +84,15 @@ def adaptive_density(
     varies by up to `band_ratio ** n_bands` across the particles, exact for
     any h.
 
-    Arguments as in `progenax.sph.density` (masses and h scalars or per
-    particle, (N,)); `query` (N,) bool limits the work to those particles
+    Arguments and checks as in `progenax.sph.density` (masses and h scalars or
+    per particle, (N,)); `query` (N,) bool limits the work to those particles
     (the others' densities come out 0). Differentiable in positions, masses
     and h, also inside a `lax.scan` that is itself differentiated (its reverse
     pass is plain array code). Jitted once per static configuration.
     """
-    positions = jnp.asarray(positions)
-    if not jnp.issubdtype(positions.dtype, jnp.floating):
-        positions = positions.astype(jnp.result_type(float))
-    n, dim = positions.shape
-    masses = jnp.broadcast_to(jnp.asarray(masses, positions.dtype), (n,))
-    h = jnp.broadcast_to(jnp.asarray(h, positions.dtype), (n,))
-    if box is not None:
-        box = jnp.broadcast_to(jnp.asarray(box, positions.dtype), (dim,))
+    positions, masses, _, h, _, box, _ = prepare_density_arguments(positions, masses, h, box, kernel)
+    n = positions.shape[0]
+    masses, h = jnp.broadcast_to(masses, (n,)), jnp.broadcast_to(h, (n,))
     fn = _adaptive_density_fn(
         kernel, int(n_bands), float(band_ratio), cells_per_reach, x_cells_per_reach, chunk, int(groups)
     )

@@ -33,10 +33,11 @@ from .._types import Array, ArrayLike
 from ..diagnostics.energy import scale_to_virial_ratio
 from ..sampling import isotropic_directions, safe_norm
 from ..state import InitialConditions, ParticleState
-from ..validation import deferred_checks
+from ..validation import check_range, deferred_checks
 from .adaptive import adaptive_density as adaptive_density
 from .adaptive import loss_gradient_features as _loss_gradient_features  # noqa: F401 (tests/sph/test_pairs.py)
 from .adaptive import loss_gradient_pair as _loss_gradient_pair  # noqa: F401
+from .density import checked_box, checked_positions
 from .pairs import density_pair as _density_pair  # noqa: F401 (tests/sph/test_pairs.py)
 from .projections import KeepCentreOfMass, KeepRadii, LimitStep, centre_of_mass
 from .relaxation import RELAX_KERNEL, run
@@ -160,8 +161,7 @@ def relax(
     ic, systems, x0, m = _positions_and_masses(system)
     n, dim = x0.shape
     dtype = x0.dtype
-    if box is not None:
-        box = jnp.broadcast_to(jnp.asarray(box, dtype), (dim,))
+    box = checked_box(box, dim, dtype)
     target_fn, uniform = _resolve_target(target, ic, box, dtype)
     if n_bands is None and not uniform:
         settings = dataclasses.replace(settings, n_bands=8)
@@ -170,7 +170,7 @@ def relax(
             if not uniform:
                 raise ValueError("give masses= for a bare positions array with a non-constant target")
             masses = jnp.asarray(target, dtype) * jnp.prod(box) / n
-        m = jnp.broadcast_to(jnp.asarray(masses, dtype), (n,))
+        m = jnp.broadcast_to(check_range("masses", masses, lower=0.0, lower_inclusive=True).astype(dtype), (n,))
     if velocities == "resample" and (ic is None or key is None):
         raise ValueError("velocities='resample' needs an InitialConditions and a key")
     _check_target_values(target_fn(x0))
@@ -222,12 +222,7 @@ def _positions_and_masses(
         ic = system.to_physical()
         systems = ic.systems()
         return ic, systems, systems.positions, tracer_masses(ic)
-    x0 = jnp.asarray(system)
-    if x0.ndim != 2 or x0.shape[1] not in (2, 3):
-        raise ValueError(f"positions must have shape (N, 2) or (N, 3), got {x0.shape}")
-    if not jnp.issubdtype(x0.dtype, jnp.floating):
-        x0 = x0.astype(jnp.result_type(float))
-    return None, None, x0, None
+    return None, None, checked_positions(system, dims=(2, 3)), None
 
 
 _step_once = eqx.filter_jit(lambda step, state: step(state))
