@@ -39,7 +39,7 @@ from .adaptive import loss_gradient_features as _loss_gradient_features  # noqa:
 from .adaptive import loss_gradient_pair as _loss_gradient_pair  # noqa: F401
 from .density import checked_box, checked_positions
 from .pairs import density_pair as _density_pair  # noqa: F401 (tests/sph/test_pairs.py)
-from .projections import KeepCentreOfMass, KeepRadii, LimitStep, centre_of_mass
+from .projections import SMALL_N, KeepCentreOfMass, KeepHalfMassRadius, KeepRadii, LimitStep, centre_of_mass
 from .relaxation import RELAX_KERNEL, run
 from .relaxation import RelaxProblem as RelaxProblem
 from .relaxation import RelaxSettings as RelaxSettings
@@ -182,7 +182,7 @@ def relax(
     com_masses = m if ic is None else systems.masses
     projections = (LimitStep(),) if box is not None else (LimitStep(), KeepCentreOfMass(com_masses))
     if keep_radii:
-        projections = (KeepRadii.of(x0, com_masses),) + projections
+        projections = _radial_hold(x0, m, com_masses, ic is not None) + projections
     init, step = make_relaxation(RelaxProblem(m, target_fn, box, projections), settings)
     state = init(x0)
     state = _loop_with_progress(step, state, settings.steps) if progress else run(step, state, settings.steps)
@@ -209,6 +209,27 @@ def _per_star(ic: InitialConditions, change: Array) -> Array:
     if ic.pairs is None:
         return change
     return change.at[ic.pairs[:, 1]].set(change[ic.pairs[:, 0]])
+
+
+def _radial_hold(x0: Array, m: Array, star_masses: Array, cluster: bool) -> tuple:
+    """The radial hold of `relax`: `KeepRadii` of the stars' own masses; for a
+    cluster of fewer than `SMALL_N` stars, of the tracer masses `m` the density
+    loss sees, with the stars' half-mass radius kept by one uniform stretch
+    (`KeepHalfMassRadius`).
+
+    The two profiles differ by the IMF's noise, which grows as N falls (a
+    Kroupa sample weighs like N/15 equal stars). Holding every knot of the
+    stars' profile against a target that wants the tracers' profile then
+    empties shells between knots: Plummer, N = 10,000, seed 1, 200 steps (its
+    mass-weighted r_h 5% beyond the model's), the 1.4-1.6 pc shell went from
+    583 stars to 0; the fewest stars a 0.2 r_h shell kept over seeds 0-7 at
+    N = 2,000 was 0.00 (two seeds below 0.45) against 0.54 with the tracers'
+    knots. At N = 100,000 the stars' knots stay: King W0 = 9 relaxed to 1.59%
+    with them against 2.64% with the tracers' (Plummer 1.69% against 1.57%).
+    """
+    if not cluster or x0.shape[0] >= SMALL_N:
+        return (KeepRadii.of(x0, star_masses),)
+    return (KeepRadii.of(x0, m), KeepHalfMassRadius.of(x0, star_masses))
 
 
 def _positions_and_masses(
