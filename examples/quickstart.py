@@ -28,7 +28,8 @@ def main() -> None:
     print(f"r_h = {float(half_mass_radius(s.positions, s.masses)):.3f} pc (asked 1.0)")
     print(f"Q = {float(virial_ratio(s.positions, s.velocities, s.masses)):.4f} (asked 0.5)")
 
-    # d r_h(measured) / d r_h(parameter): 1 for a scale parameter.
+    # d r_h(measured) / d r_h(parameter): the sample's r_h scales with the parameter,
+    # so the slope is measured / asked (0.988 here, not exactly 1: the sample's own r_h).
     measured = lambda r_h: half_mass_radius(
         *(lambda st: (st.positions, st.masses))(progenax.plummer_builder(key, n=args.n, r_h=r_h).state)
     )

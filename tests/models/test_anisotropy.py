@@ -79,6 +79,16 @@ def test_plummer_limit_closed_form():
     assert abs(float(m.anisotropy_limit() / m.scale_radius) - 0.75) < 1e-15
 
 
+def test_plummer_limit_in_float32():
+    # float32's Plummer tail is noise at 1e-7 of the core's terms: read there,
+    # -f2/f0 gave a limit of 66,024 pc. The resolved nodes give 0.75 a to
+    # float32's rounding of the table (3e-5 here; 1e-4 leaves room).
+    with jax.enable_x64(False):
+        m = Plummer(jnp.float32(1.0))
+        ratio = float(osipkov_merritt_limit(m) / m.scale_radius)
+    assert abs(ratio - 0.75) < 1e-4, ratio
+
+
 def test_hernquist_limit():
     # Hernquist's OM limit is about 0.2 a in the literature (f >= 0 for ra >~ 0.2 a).
     m = Dehnen(1.0, 1.0)

@@ -64,10 +64,21 @@ def osipkov_merritt_df(model, ra: ArrayLike, x: ArrayLike) -> Array:
 def osipkov_merritt_limit(model) -> Array:
     r"""The smallest consistent anisotropy radius (pc): $f(Q) \ge 0$ for all $Q$ iff
     $r_a \ge r_h \sqrt{\max_Q(-f_2/f_0)}$ (0 when $f_2 \ge 0$ everywhere), on the
-    DF table's nodes ($x \in [-10, 30]$). Plummer: $0.75\,a$ (to $2\times10^{-7}$)."""
+    DF table's nodes ($x \in [-10, 30]$) whose terms are resolved (`_resolved`:
+    in float32 Plummer's tail is noise, and the ratio there read 66,024 pc).
+    Plummer: $0.75\,a$ (to $2\times10^{-7}$)."""
     f0, f2 = osipkov_merritt_parts(model, df_nodes(model, jnp.result_type(model.r_h, float)))
-    ratio = jnp.max(jnp.where(f0 > 0, -f2 / jnp.where(f0 > 0, f0, 1.0), 0.0))
+    counted = (f0 > 0) & _resolved(f0, f2)
+    ratio = jnp.max(jnp.where(counted, -f2 / jnp.where(counted, f0, 1.0), 0.0))
     return model.r_h * safe_sqrt(ratio)
+
+
+def _resolved(f0: Array, f2: Array) -> Array:
+    """The DF nodes whose two terms are resolved: above eps^(3/4) of the largest
+    (2e-12 in float64; 6e-6 in float32, whose Plummer tail beyond e^9 r_h is
+    noise at 1e-7 of it)."""
+    terms = jnp.abs(f0) + jnp.abs(f2)
+    return terms > float(np.finfo(terms.dtype).eps) ** 0.75 * jnp.max(terms)
 
 
 OSIPKOV_MERRITT_LIMIT_MESSAGE = (
@@ -89,15 +100,13 @@ def checked_df(model, ra: Array, x_f: Array) -> Array:
     # two terms summed there in float64 (the quadrature's worst, deep in a core
     # at x = -10, where Plummer's f at its limit dips to -2.3e-7 of them), sqrt(eps)
     # = 3.5e-4 in float32, so ra at the limit passes; at nodes whose terms are
-    # resolved, above eps^(3/4) of the largest (2e-12 in float64; 6e-6 in
-    # float32, whose Plummer tail beyond e^9 r_h is noise at 1e-7 of it). Against
-    # the largest |f| instead, a cusp's (Dehnen, Hernquist: 1e8 above the
-    # halo's) let whole negative regions through: Hernquist at half its limit
-    # built, with T/|W| 0.29.
+    # resolved (`_resolved`). Against the largest |f| instead, a cusp's (Dehnen,
+    # Hernquist: 1e8 above the halo's) let whole negative regions through:
+    # Hernquist at half its limit built, with T/|W| 0.29.
     eps = float(np.finfo(f.dtype).eps)
     terms = jnp.abs(f0) + jnp.abs(f2)
     floor = max(float(np.sqrt(eps)), _QUADRATURE_ERROR) * terms
-    bad = jnp.any((f < -floor) & (terms > eps**0.75 * jnp.max(terms)))
+    bad = jnp.any((f < -floor) & _resolved(f0, f2))
     # At the limit f touches 0 at one energy: ln f there (clipped at the smallest
     # float) made the table's Hermite interpolation dip over a wide range of
     # energies (Hernquist at its limit: T/|W| 0.34). Floored at the rounding
