@@ -109,6 +109,40 @@ def pytest_unconfigure(config):
         shutil.rmtree(os.environ[_RUN_CACHE_ENV], ignore_errors=True)
 
 
+def _count_memory_maps() -> int:
+    """This process's memory mappings (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return 0
+
+
+def _map_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as limit:
+            return int(limit.read())
+    except (OSError, ValueError):
+        return 65530  # Linux's default
+
+
+# Every compiled program keeps its kernels' code in memory maps of its own
+# (about 300 for a builder), and a worker that compiled a few hundred programs
+# reached Linux's vm.max_map_count (65,530): a CI run segfaulted in XLA's cache
+# write (an mmap that failed) with the other worker at 42,951 maps. Past half
+# the limit, a worker drops JAX's caches after a test file; what the next
+# files need again comes back from the run's persistent cache.
+_MAPS_HIGH = _map_limit() // 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_programs_when_memory_maps_run_high():
+    yield
+    if _count_memory_maps() > _MAPS_HIGH:
+        jax.clear_caches()
+        gc.collect()
+
+
 # The longest files first. xdist hands each worker whole files (`--dist
 # loadfile`) in collection order (`--no-loadscope-reorder` in the Makefile; its
 # default order, most tests first, started the two single-test sharding files,

@@ -364,6 +364,9 @@ def test_plot_command(tmp_path, capsys):
         (["build", "plummer", "--R", "10"], ["--R", "--host-mass"]),
         (["build", "plummer", "--host-mass", "1e9", "--V-c", "200", "--R", "5"], ["alternatives"]),
         (["build", "plummer", "--kappa", "5"], ["--kappa", "tidal radius"]),
+        # Every weight 0: density_centre raised IndexError (a traceback, exit 1).
+        (["build", "plummer", "--n", "100", "--r-t-tidal", "1e-4", "--tidal-mode", "hard"], ["no star"]),
+        (["build", "dehnen", "--gamma", "2.6"], ["gamma", "2.5"]),
         (["build"], ["MODEL"]),
         (["build", "hernquist"], ["hernquist"]),
         (["build", "plummer", "--units", "cgs"], ["cgs"]),

@@ -137,3 +137,9 @@ def test_rotation_curve_and_invariants(rotating_plummer):
     T0 = float(kinetic_energy(v0, m))
     T1 = float(kinetic_energy(v1, m))
     assert abs(T1 / T0 - 1.0) < 1e-3
+
+
+def test_rotation_scale_without_rotation_is_refused():
+    # It was ignored: the cluster did not rotate and nothing was recorded.
+    with pytest.raises(ValueError, match="rotation_scale applies to a rotating cluster"):
+        progenax.plummer_builder(0, n=100, rotation_scale=3.0)

@@ -113,3 +113,16 @@ def test_float32(ic):
         w = tidal_weights(r, jnp.float32(1.0), jnp.float32(10.0))
         g = jax.grad(lambda rt: jnp.sum(tidal_weights(r, rt, 10.0)))(jnp.float32(1.0))
         assert w.dtype == jnp.float32 and np.isfinite(float(g))
+
+
+def test_a_model_kept_about_its_centre_is_truncated_about_it():
+    # An untruncated EFF keeps its stars about the model centre (its centre of
+    # mass scatters without bound: 4.8e3 pc at gamma = 2.5, seed 0), and the
+    # truncation cut about the centre of mass kept 0 of 20,000 stars at 5 pc.
+    from progenax.builders import eff_builder
+
+    ic = eff_builder(jax.random.PRNGKey(0), n=2000, gamma=2.5)
+    out = apply_tidal_truncation(ic, 5.0, mode="hard")
+    inside = np.linalg.norm(np.asarray(ic.state.positions), axis=1) <= 5.0
+    np.testing.assert_array_equal(np.asarray(out.weights) > 0, inside)
+    assert inside.sum() > 1000  # most of an r_h = 1 pc cluster lies within 5 pc

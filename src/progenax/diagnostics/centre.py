@@ -85,6 +85,8 @@ def density_centre(positions: ArrayLike, weights: ArrayLike | None = None) -> np
     """
     x = np.asarray(positions, dtype=np.float64)
     w = np.ones(x.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    if not w.sum() > 0:
+        raise ValueError("density_centre needs a star of weight > 0 (every weight is 0)")
     centre = (w[:, None] * x).sum(axis=0) / w.sum()
     if x.shape[0] < 100:
         return centre

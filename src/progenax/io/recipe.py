@@ -322,6 +322,11 @@ def build_from_recipe(recipe: Mapping[str, Any]):
     if tidal:
         r_t = _tidal_radius(recipe, ic.state.masses.sum())
         ic = apply_tidal_truncation(ic, r_t, recipe.get("kappa", 10.0), recipe.get("tidal_mode", "sigmoid"))
+        if not np.any(np.asarray(ic.weights) > 0):
+            raise ValueError(
+                f"the tidal radius {float(r_t):.4g} pc leaves no star with a weight above 0: "
+                "raise it (--r-t-tidal, or a lighter --host-mass or a larger --R)"
+            )
         ic = ic.to_henon() if units == "henon" else ic
     full = {"n": kwargs["n"], "seed": seed, "imf": recipe.get("imf", "kroupa"), "units": units}
     if kwargs["Q"] is not None:

@@ -44,8 +44,12 @@ def check_rotation_arguments(
     checks: ParameterChecks, rotation: ArrayLike | None, rotation_scale: ArrayLike
 ) -> tuple[Array | None, Array | None]:
     """`rotation` k in [-1, 1] (or None: no rotation) and `rotation_scale` L_0 >= 0
-    (pc km/s), checked eagerly or through `checks` under jit; (None, None) without rotation."""
+    (pc km/s), checked eagerly or through `checks` under jit; (None, None) without
+    rotation, where a `rotation_scale` other than 0 is a `ValueError`."""
     if rotation is None:
+        if rotation_scale is not None and not (isinstance(rotation_scale, (int, float)) and rotation_scale == 0):
+            # It was ignored: a cluster that did not rotate, with nothing recorded.
+            raise ValueError("rotation_scale applies to a rotating cluster: give rotation too (k in [-1, 1])")
         return None, None
     check_scalar("rotation", rotation)
     check_scalar("rotation_scale", rotation_scale)

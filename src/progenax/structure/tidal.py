@@ -65,15 +65,20 @@ def apply_tidal_truncation(
     - `kappa`: sharpness (> 0): the weight drops from 0.73 to 0.27 between
       $r_t (1 \mp 1/\kappa)$. Checked but otherwise unused for `mode="hard"`.
     - `mode`: "sigmoid" (differentiable) or "hard" (exact 0/1, forward only).
-    - `centre`: (3,) centre for the radii; default the centre of mass
-      (unweighted by the current weights).
+    - `centre`: (3,) centre for the radii; default the model's centre (the
+      origin) for a model whose builder leaves the stars about it
+      (`CENTRE_POSITIONS` False: EFF, Dehnen, King/LIMEPY, whose centre of mass
+      can scatter far: 4.8e3 pc for an untruncated EFF with gamma = 2.5),
+      else the centre of mass (unweighted by the current weights).
 
     **Returns:** `ic` with `weights` multiplied by the truncation weights (so
     truncations compose) and `params["r_t_tidal"]` recorded. Positions,
     velocities and masses are unchanged.
     """
     s = ic.state
-    if centre is None:
+    if centre is None and not getattr(ic.model, "CENTRE_POSITIONS", True):
+        centre = jnp.zeros(3, s.positions.dtype)
+    elif centre is None:
         centre = jnp.sum(s.masses[:, None] * s.positions, axis=0) / jnp.sum(s.masses)
     x = s.positions - jnp.asarray(centre, s.positions.dtype)
     r = safe_norm(x)
