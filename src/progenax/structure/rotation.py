@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._types import Array, ArrayLike
 from ..sampling import safe_divide
@@ -47,8 +48,9 @@ def check_rotation_arguments(
     (pc km/s), checked eagerly or through `checks` under jit; (None, None) without
     rotation, where a `rotation_scale` other than 0 is a `ValueError`."""
     if rotation is None:
-        if rotation_scale is not None and not (isinstance(rotation_scale, (int, float)) and rotation_scale == 0):
-            # It was ignored: a cluster that did not rotate, with nothing recorded.
+        # It was ignored: a cluster that did not rotate, with nothing recorded.
+        given = rotation_scale is not None and not isinstance(rotation_scale, jax.core.Tracer)
+        if given and np.any(np.asarray(rotation_scale) != 0):
             raise ValueError("rotation_scale applies to a rotating cluster: give rotation too (k in [-1, 1])")
         return None, None
     check_scalar("rotation", rotation)
