@@ -94,3 +94,13 @@ def test_audit_entry(entry):
     assert row.edges_finite, format_table([row])
     if entry.status == "full":
         assert row.relative_error <= FULL_TOLERANCE, (format_table([row]), row.checks)
+
+
+def test_relative_error_where_the_finite_difference_is_zero():
+    # A partial entry's step that sees no jump gives a finite difference of
+    # exactly 0: the table printed 4.6e+303 (|ad - fd| / 1e-300).
+    from progenax.audit import _relative_error
+
+    assert _relative_error(3.0, 0.0) == float("inf")
+    assert _relative_error(0.0, 0.0) == 0.0
+    assert _relative_error(1.1, 1.0) == pytest.approx(0.1)
