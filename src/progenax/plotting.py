@@ -106,19 +106,15 @@ def model_label(model) -> str:
     return ", ".join(parts)
 
 
-_CHABRIER_RECORD = ("m_c", "sigma", "alpha", "m_min", "m_break", "m_max")
-"""The fields `ChabrierIMF.record` stores in a cluster's params (as "imf_<field>")."""
-
-
 def _imf_of(ic):
     """The IMF the builder recorded in `ic.params`, with a label: a power law
     (`imf_breaks`, `imf_slopes`) or Chabrier's (`imf_m_c`, ...); (None, None)
     when there is none (equal masses, a file of unknown origin)."""
 
     params = dict(ic.params)
-    if all(f"imf_{name}" in params for name in _CHABRIER_RECORD):
-        fields = {name: float(np.asarray(params[f"imf_{name}"])) for name in _CHABRIER_RECORD}
-        return ChabrierIMF(**fields), f"Chabrier IMF, high-mass slope {fields['alpha']:.3g}"
+    chabrier = ChabrierIMF.from_record(params)
+    if chabrier is not None:
+        return chabrier, f"Chabrier IMF, high-mass slope {float(chabrier.alpha):.3g}"
     breaks, slopes = params.get("imf_breaks"), params.get("imf_slopes")
     if breaks is None or slopes is None:
         return None, None

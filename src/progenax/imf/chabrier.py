@@ -30,6 +30,7 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import ndtr
 
 from .._types import Array, ArrayLike, Key, Scalar
@@ -39,6 +40,10 @@ from .power_law import _segment_integral, log1p_frac_over_x
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _LN10 = math.log(10.0)
+
+
+_RECORDED = ("m_c", "sigma", "alpha", "m_min", "m_break", "m_max")
+"""The fields a cluster's `params` record, as `imf_<field>` (`ChabrierIMF.record`)."""
 
 
 class ChabrierIMF(eqx.Module):
@@ -150,15 +155,15 @@ class ChabrierIMF(eqx.Module):
         return self.icdf(jax.random.uniform(key, sample_shape, self.m_c.dtype))
 
     def record(self) -> dict[str, Array]:
-        """What a built cluster's `params` record about this IMF."""
-        return {
-            "imf_m_c": self.m_c,
-            "imf_sigma": self.sigma,
-            "imf_alpha": self.alpha,
-            "imf_m_min": self.m_min,
-            "imf_m_break": self.m_break,
-            "imf_m_max": self.m_max,
-        }
+        """What a built cluster's `params` record about this IMF (`imf_<field>`)."""
+        return {f"imf_{name}": getattr(self, name) for name in _RECORDED}
+
+    @classmethod
+    def from_record(cls, params: dict) -> ChabrierIMF | None:
+        """The IMF a cluster's `params` recorded (`record`), or None if they hold none."""
+        if not all(f"imf_{name}" in params for name in _RECORDED):
+            return None
+        return cls(**{name: float(np.asarray(params[f"imf_{name}"])) for name in _RECORDED})
 
 
 def chabrier(
