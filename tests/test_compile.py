@@ -197,6 +197,23 @@ def test_an_int_seed_gives_the_key_prngkey_gives(x64):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+def test_an_integer_array_is_a_seed_so_builders_vmap_over_seeds():
+    """A 0-d integer array, concrete or traced, is a seed: `vmap` over seeds
+    raised "invalid PRNG key data"; anything not a key or a seed is a
+    ValueError naming `key`."""
+    from progenax.builders._common import as_key
+
+    build = lambda seed: progenax.plummer_builder(seed, n=50).state.positions  # noqa: E731
+    batched = jax.vmap(build)(jnp.arange(3))
+    for seed in range(3):
+        np.testing.assert_array_equal(np.asarray(batched[seed]), np.asarray(build(seed)))
+    np.testing.assert_array_equal(np.asarray(build(jnp.array(2))), np.asarray(build(2)))
+    assert build(jax.random.key(0)).shape == (50, 3)  # a typed key passes through
+    for bad in (3.0, jnp.array([1.0, 2.0]), jnp.array(1.5), "a", None, True, np.bool_(True)):
+        with pytest.raises(ValueError, match="key must be a jax.random key or an int seed"):
+            as_key(bad)
+
+
 def test_a_fresh_process_compiles_nothing_for_a_seed_or_a_float_parameter(tmp_path):
     # An int seed's key and a Python float's range check are made on the host:
     # `jax.random.PRNGKey` and `jnp.asarray(1.0, dtype=...)` each compile a

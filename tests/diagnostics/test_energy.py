@@ -85,6 +85,20 @@ def test_exact_potential_float32():
     np.testing.assert_allclose(g, rx, rtol=0, atol=1e-4 * float(jnp.max(jnp.abs(rx))))
 
 
+def test_a_coincident_pair_adds_nothing_to_the_exact_sum():
+    # A weight-0 companion on its primary (float32 far from the origin) made
+    # W NaN and an EFF cluster with binaries all-NaN in Henon units.
+    x = jnp.array([[5.0, 1.0, 0.0], [5.0, 1.0, 0.0], [7.0, 1.0, 0.0], [5.0, 4.0, 0.0]])
+    m = jnp.array([1.0, 0.0, 2.0, 3.0])
+    w, (g_x, g_m) = jax.value_and_grad(lambda x, m: potential_energy(x, m, G=1.0, method="exact"), (0, 1))(x, m)
+    keep = jnp.array([0, 2, 3])
+    np.testing.assert_allclose(w, _brute_potential(x[keep], m[keep]), rtol=1e-12)
+    assert np.all(np.isfinite(g_x)) and np.all(np.isfinite(g_m))
+    want = jax.grad(lambda x: potential_energy(x, m[keep], G=1.0, method="exact"))(x[keep])
+    np.testing.assert_allclose(g_x[keep], want, rtol=1e-12)
+    np.testing.assert_array_equal(g_x[1], 0.0)
+
+
 def test_spherical_estimate_close_to_exact_at_20000():
     # The module docstring quotes this comparison; the estimate is unbiased for
     # isotropic angles and its scatter is ~1/sqrt(n) ~ 0.7%, so 2% is ~3 sigma.

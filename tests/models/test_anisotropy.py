@@ -89,6 +89,26 @@ def test_plummer_limit_in_float32():
     assert abs(ratio - 0.75) < 1e-4, ratio
 
 
+@pytest.mark.parametrize("gamma", [0.0, 1.0, 2.0])
+def test_a_cusps_limit_and_check_in_float32(gamma):
+    # The resolved nodes were judged against the largest term of both, which a
+    # cusp puts at its centre (1e12 for gamma = 1): the nodes that set the limit
+    # were dropped and float32 read 0.0057 a for Hernquist (float64 0.2023 a),
+    # so ra at a tenth of the limit built. The limits agree to float32's
+    # rounding of the table (the Plummer test's 1e-4), and ra 1% below the
+    # limit is refused.
+    from progenax.models.eddington import df_nodes
+    from progenax.models.osipkov_merritt import checked_df
+
+    want = float(osipkov_merritt_limit(Dehnen(gamma, 1.0)))
+    with jax.enable_x64(False):
+        m = Dehnen(jnp.float32(gamma), jnp.float32(1.0))
+        got = float(osipkov_merritt_limit(m))
+        with pytest.raises(Exception, match="ra is below the model's Osipkov-Merritt consistency limit"):
+            jax.block_until_ready(checked_df(m, jnp.float32(0.99 * want), df_nodes(m, jnp.float32)))
+    assert abs(got / want - 1.0) < 1e-4, (got, want)
+
+
 def test_hernquist_limit():
     # Hernquist's OM limit is about 0.2 a in the literature (f >= 0 for ra >~ 0.2 a).
     m = Dehnen(1.0, 1.0)

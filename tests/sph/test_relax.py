@@ -171,6 +171,9 @@ def test_bad_input_raises_before_any_work(small_plummer, kwargs, message):
         (dict(box=float("nan")), "box must be"),
         (dict(masses=-1.0), "masses must be"),
         (dict(nan_row=3), "positions must be finite"),
+        # masses derived from a bad constant target: named as the target (was "masses must be")
+        (dict(target=-1.0), "target density"),
+        (dict(target=float("nan")), "target density"),
     ],
 )
 def test_bad_box_masses_or_positions_are_refused(kwargs, message):
@@ -199,7 +202,9 @@ def test_zero_steps_returns_the_input(small_plummer):
 
 
 def test_resampled_velocities_follow_the_model(small_plummer):
-    out = relax(small_plummer, steps=2, velocities="resample", key=jax.random.PRNGKey(5))
+    out = relax(small_plummer, steps=2, velocities="resample", key=5)  # an int seed, as the builders take
+    again = relax(small_plummer, steps=2, velocities="resample", key=jax.random.PRNGKey(5))
+    np.testing.assert_array_equal(np.asarray(out.state.velocities), np.asarray(again.state.velocities))
     assert not np.allclose(out.state.velocities, small_plummer.state.velocities)
     q = progenax.diagnostics.virial_ratio(out.state.positions, out.state.velocities, out.state.masses)
     np.testing.assert_allclose(float(q), float(small_plummer.params["Q"]), rtol=1e-10)

@@ -29,22 +29,35 @@ from ._binaries import with_companions
 IMF_CHOICES = ("kroupa", "salpeter", "equal", "chabrier")
 
 
-def as_key(key: Key | int) -> Key:
-    """A `jax.random` key from a key or an int seed (a Python or NumPy integer).
+def as_key(key: Key | int, name: str = "key") -> Key:
+    """A `jax.random` key from a key or an int seed: a Python or NumPy
+    integer, or a 0-d integer array (concrete or traced, so a builder can be
+    `vmap`ped over seeds).
 
-    A seed in [0, 2^31) under JAX's default threefry generator gives the raw
-    key `jax.random.PRNGKey(seed)` gives, `[0, seed]` as uint32, made on the
-    host and copied to the device: `PRNGKey` compiles two one-op programs on
-    its first call in a process (about 50 ms of a cold build on the project's
-    machine). Other seeds and generators go through `PRNGKey`.
+    A Python seed in [0, 2^31) under JAX's default threefry generator gives
+    the raw key `jax.random.PRNGKey(seed)` gives, `[0, seed]` as uint32, made
+    on the host and copied to the device: `PRNGKey` compiles two one-op
+    programs on its first call in a process (about 50 ms of a cold build on
+    the project's machine). Other seeds and generators go through `PRNGKey`.
     """
-    if isinstance(key, bool):
-        raise ValueError(f"key must be a jax.random key or an int seed, got {key!r}")
+    if isinstance(key, (bool, np.bool_)) or key is None:
+        raise ValueError(f"{name} must be a jax.random key or an int seed, got {key!r}")
     if isinstance(key, (int, np.integer)):
         seed = int(key)
         if 0 <= seed < 2**31 and jax.config.jax_default_prng_impl == "threefry2x32":
             return jax.device_put(np.array([0, seed], dtype=np.uint32))
         return jax.random.PRNGKey(seed)
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        return key
+    if dtype is None or getattr(key, "ndim", None) is None:
+        raise ValueError(f"{name} must be a jax.random key or an int seed, got {type(key).__name__}")
+    if key.ndim == 0 and jnp.issubdtype(dtype, jnp.integer):
+        return jax.random.PRNGKey(key)  # a seed
+    if key.ndim == 0 or not jnp.issubdtype(dtype, jnp.unsignedinteger):
+        raise ValueError(
+            f"{name} must be a jax.random key or an int seed, got an array of shape {key.shape} and dtype {dtype}"
+        )
     return key
 
 

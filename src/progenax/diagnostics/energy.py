@@ -4,6 +4,12 @@ The potential energy of n point masses is
 
 $$W = -G \sum_{i<j} \frac{m_i m_j}{|x_i - x_j|}.$$
 
+A pair at zero separation adds nothing to any method's sum (the exact one
+skips it; the others soften): in practice a weight-0 companion slot on its
+primary, or a binary closer than the dtype resolves at its distance from the
+origin (float32: $6\times10^{-8}\,|x|$, 12 au at 1 kpc), whose $0 \cdot \infty$
+made W NaN (or $-\infty$) and every Henon-scaled position NaN.
+
 `potential_energy(..., method="exact")` sums every pair in row blocks of
 `block_size` particles, so memory is O(block_size * n). Its derivative is the
 closed form (a custom JVP, one more pass over the blocks):
@@ -112,9 +118,10 @@ def _differences(x_i: Array, positions_t: Array) -> list[Array]:
 
 
 def _inverse_distances(differences: list[Array], i_idx: Array, keep) -> Array:
-    """1/r from the per-axis differences, 0 where `keep(i, j)` is False."""
+    """1/r from the per-axis differences, 0 where `keep(i, j)` is False or
+    the pair coincides (module notes)."""
     d2 = sum(d * d for d in differences)
-    pair = keep(i_idx[:, None], jnp.arange(d2.shape[1])[None, :])
+    pair = keep(i_idx[:, None], jnp.arange(d2.shape[1])[None, :]) & (d2 > 0)
     return jnp.where(pair, jax.lax.rsqrt(jnp.where(pair, d2, 1.0)), 0.0)
 
 

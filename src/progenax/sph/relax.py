@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from .._types import Array, ArrayLike
+from ..builders._common import as_key
 from ..diagnostics.energy import scale_to_virial_ratio
 from ..sampling import isotropic_directions, safe_norm
 from ..state import InitialConditions, ParticleState
@@ -165,6 +166,8 @@ def relax(
     target_fn, uniform = _resolve_target(target, ic, box, dtype)
     if n_bands is None and not uniform:
         settings = dataclasses.replace(settings, n_bands=8)
+    # Before masses are derived from it: a bad constant target is named as the target.
+    _check_target_values(target_fn(x0))
     if m is None:
         if masses is None:
             if not uniform:
@@ -173,7 +176,8 @@ def relax(
         m = jnp.broadcast_to(check_range("masses", masses, lower=0.0, lower_inclusive=True).astype(dtype), (n,))
     if velocities == "resample" and (ic is None or key is None):
         raise ValueError("velocities='resample' needs an InitialConditions and a key")
-    _check_target_values(target_fn(x0))
+    if velocities == "resample":
+        key = as_key(key)
     if keep_radii is None:
         keep_radii = target is None
     if keep_radii and box is not None:
