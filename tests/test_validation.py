@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import progenax
 from progenax.validation import ParameterChecks, _range_violation, check_count, check_finite, check_range
 
 
@@ -171,3 +172,27 @@ def test_range_test_of_a_differentiated_value_runs_in_numpy(transform):
     kinds.clear()
     jax.vmap(transform(f))(jnp.array([1.0, 2.0]))
     assert len(kinds) == 1 and issubclass(kinds[0], jax.core.Tracer)
+
+
+@pytest.mark.parametrize(
+    "build, name",
+    [
+        (lambda v: progenax.king_builder(0, n=10, W0=v), "W0"),
+        (lambda v: progenax.model_builder(0, "dehnen", n=10, gamma=v), "gamma"),
+        (lambda v: progenax.plummer_builder(0, n=10, ra=v), "ra"),
+        (lambda v: progenax.eff_builder(0, n=10, r_t=10 * v), "r_t"),
+        (lambda v: progenax.limepy_builder(0, n=10, g=v), "g"),
+        (lambda v: progenax.plummer_builder(0, n=10, segregation=0.1 * v), "segregation"),
+        (
+            lambda v: progenax.plummer_builder(0, n=10, segregation=0.1, segregation_temperature=v),
+            "segregation_temperature",
+        ),
+        (lambda v: progenax.king_builder(0, n=10, mass_bins=4, delta=v), "delta"),
+        (lambda v: progenax.solve_king_profile(5 * v), "W0"),
+    ],
+)
+def test_every_scalar_parameter_refuses_an_array(build, name):
+    # Model parameters, S and delta failed deep inside JAX ("Cannot concatenate
+    # arrays", "Pred must be a scalar") where r_h, Q and D said "must be a scalar".
+    with pytest.raises(ValueError, match=f"^{name} must be a scalar, got an array of shape \\(2,\\)"):
+        build(jnp.array([1.0, 1.5]))

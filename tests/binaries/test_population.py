@@ -118,6 +118,32 @@ def test_companion_floor_and_missing_imf():
         sample_binaries(jax.random.PRNGKey(7), m, BinaryPopulation(hard_soft_cap=True))
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("contact_factor", np.float32(-1.0)),
+        ("contact_factor", float("nan")),
+        ("fraction_width", jnp.array(-1.0)),
+        ("m_sort", np.nan),
+        ("fraction", jnp.array(1.5)),
+        ("fraction", np.ones(2)),
+    ],
+)
+def test_every_number_of_a_population_is_checked(field, value):
+    # Only Python numbers were: a NumPy -1 or a NaN contact factor gave all-NaN
+    # positions, a negative JAX width inverted the sigmoid membership.
+    with pytest.raises(ValueError, match=f"^{field} must be"):
+        BinaryPopulation(**{field: value})
+
+
+def test_builders_refuse_the_hard_soft_cap():
+    # It needs sigma=, which no builder takes: the message said to pass it.
+    import progenax
+
+    with pytest.raises(ValueError, match="sample_binaries"):
+        progenax.plummer_builder(0, n=10, binaries=BinaryPopulation(hard_soft_cap=True))
+
+
 def test_hard_soft_cap():
     m = IMF.sample(jax.random.PRNGKey(8), (3000,))
     sigma, mean_mass = 2.0, 0.5

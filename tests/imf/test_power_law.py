@@ -119,3 +119,18 @@ def test_unordered_masses_raise():
         PowerLawIMF([0.1, 1.0, 0.5], [1.3, 2.3])
     with pytest.raises(ValueError, match="m_min < m_max"):
         salpeter(m_min=0.0)
+
+
+def test_non_finite_masses_and_slopes_raise():
+    # A NaN slope gave an all-NaN cluster and `--m-max inf` a raw IndexError
+    # from the command line's summary; any finite slope stays an IMF.
+    with pytest.raises(ValueError, match="masses must be finite"):
+        kroupa(m_max=np.inf)
+    with pytest.raises(ValueError, match="slopes must be finite"):
+        PowerLawIMF([0.08, 0.5, 100.0], [1.3, np.nan])
+    with pytest.raises(ValueError, match="slopes must be finite"):
+        salpeter(np.inf)
+    sample = jax.jit(lambda a: kroupa(a).sample(jax.random.PRNGKey(0), (4,)))
+    assert np.all(np.isfinite(sample(0.0)))  # flat above the break: an IMF
+    with pytest.raises(Exception, match="slopes must be finite"):
+        jax.block_until_ready(sample(np.nan))

@@ -52,7 +52,7 @@ from .._sort import float_order
 from .._types import Array, ArrayLike, Key
 from ..sampling import uniform_open
 from ..units import Units, physical_units
-from ..validation import error_if
+from ..validation import check_range, check_scalar, error_if
 from .distributions import (
     ECCENTRICITIES,
     MASS_RATIOS,
@@ -140,12 +140,22 @@ class BinaryPopulation(eqx.Module):
     ):
         if pairing not in PAIRINGS:
             raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-        if isinstance(fraction, (int, float)) and not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"fraction must be in [0, 1], got {fraction}")
-        if isinstance(fraction_width, (int, float)) and not fraction_width > 0:
-            raise ValueError(f"fraction_width must be None or > 0, got {fraction_width}")
-        if isinstance(contact_factor, (int, float)) and contact_factor < 0:
-            raise ValueError(f"contact_factor must be >= 0, got {contact_factor}")
+        # Every number checked, concrete (NumPy, JAX) or traced: only Python
+        # numbers were, and a NaN or NumPy contact_factor gave all-NaN positions.
+        for name, value in (
+            ("fraction", fraction),
+            ("m_sort", m_sort),
+            ("fraction_width", fraction_width),
+            ("contact_factor", contact_factor),
+        ):
+            if value is not None:
+                check_scalar(name, value)
+        inclusive = dict(lower_inclusive=True, upper_inclusive=True)
+        fraction = check_range("fraction", fraction, lower=0.0, upper=1.0, **inclusive)
+        m_sort = check_range("m_sort", m_sort, lower=0.0, lower_inclusive=True)
+        if fraction_width is not None:
+            fraction_width = check_range("fraction_width", fraction_width, lower=0.0, note=" (None: hard weights)")
+        contact_factor = check_range("contact_factor", contact_factor, lower=0.0, lower_inclusive=True)
         dtype = jnp.result_type(float)
         self.fraction = jnp.asarray(fraction, dtype)
         self.period = resolve(period, PERIODS, "period")

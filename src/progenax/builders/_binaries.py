@@ -42,9 +42,14 @@ BINARY_STREAM = 11
 
 
 def check_binaries(binaries) -> BinaryPopulation | None:
-    if binaries is None or isinstance(binaries, BinaryPopulation):
-        return binaries
-    raise ValueError(f"binaries must be None or a progenax.BinaryPopulation, got {binaries!r}")
+    if binaries is not None and not isinstance(binaries, BinaryPopulation):
+        raise ValueError(f"binaries must be None or a progenax.BinaryPopulation, got {binaries!r}")
+    if binaries is not None and binaries.hard_soft_cap:
+        raise ValueError(
+            "the builders do not cut periods at the hard/soft boundary (hard_soft_cap=True): it needs each "
+            "system's local velocity dispersion, so call progenax.binaries.sample_binaries(..., sigma=) yourself"
+        )
+    return binaries
 
 
 def draw_companions(key: Key, masses: Array, binaries: BinaryPopulation | None, imf: PowerLawIMF) -> Binaries | None:

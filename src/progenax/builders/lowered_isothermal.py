@@ -35,7 +35,7 @@ from ..state import InitialConditions
 from ..structure.rotation import check_rotation_arguments, rotate
 from ..structure.segregation import check_segregation_arguments
 from ..units import G_PHYSICAL
-from ..validation import deferred_checks
+from ..validation import check_scalar, deferred_checks
 from ._binaries import check_binaries, draw_companions, drop_absent_companions, velocities_for_systems
 from ._common import as_key, check_common_arguments, finish_cluster, imf_params, resolve_imf
 from .spherical import build_model_cluster
@@ -175,6 +175,7 @@ def _build(
         raise ValueError(f"mass_bins must be None or an int in [1, 64] (static), got {mass_bins!r}")
     if c.imf == "equal":
         raise ValueError("mass_bins needs an IMF with a spread of masses, not imf='equal'")
+    check_scalar("delta", delta)
     delta = c.checks.range("delta", delta, lower=0.0, upper=2.0, lower_inclusive=True, upper_inclusive=True)
     k, L0 = check_rotation_arguments(c.checks, rotation, rotation_scale)
     out = _lowered_isothermal_multimass(

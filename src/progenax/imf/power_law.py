@@ -76,11 +76,19 @@ class PowerLawIMF(eqx.Module):
                 f"breaks must have one more entry than slopes (got breaks {breaks.shape}, slopes {slopes.shape})"
             )
         unordered = (breaks[0] <= 0) | (breaks[0] >= breaks[-1]) | jnp.any(breaks[1:] < breaks[:-1])
-        message = "the IMF's masses must satisfy 0 < m_min <= breaks <= m_max, with m_min < m_max"
+        unordered |= ~jnp.all(jnp.isfinite(breaks))
+        message = "the IMF's masses must be finite and satisfy 0 < m_min <= breaks <= m_max, with m_min < m_max"
         if isinstance(unordered, jax.core.Tracer):
             breaks = error_if(breaks, unordered, message)
         elif bool(unordered):
             raise ValueError(f"{message}, got {[float(b) for b in breaks]}")
+        # Any finite slope is an IMF (0: flat, < 0: rising); NaN made every mass NaN.
+        not_finite = ~jnp.all(jnp.isfinite(slopes))
+        message = "the IMF's slopes must be finite"
+        if isinstance(not_finite, jax.core.Tracer):
+            slopes = error_if(slopes, not_finite, message)
+        elif bool(not_finite):
+            raise ValueError(f"{message}, got {[float(a) for a in slopes]}")
         self.breaks = breaks
         self.slopes = slopes
 

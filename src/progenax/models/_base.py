@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from .._types import Array, ArrayLike
 from ..sampling import isotropic_directions, safe_norm, uniform_open
 from ..units import G_PHYSICAL
-from ..validation import ParameterChecks, check_static_int, deferred_checks
+from ..validation import ParameterChecks, check_scalar, check_static_int, deferred_checks
 from .eddington import radii_from_mass_fraction, sample_eddington_speeds
 from .osipkov_merritt import sample_osipkov_merritt
 
@@ -172,6 +172,7 @@ class AbstractClusterModel(eqx.Module):
             elif value is None:
                 out[name] = value
             else:
+                check_scalar(name, value)
                 note = f"; to leave it out pass {name}=None ({p.doc})" if p.default is None else ""
                 out[name] = p.support.check(checks, name, value, note)
         cls.check_relations(checks, out)

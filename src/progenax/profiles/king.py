@@ -98,7 +98,7 @@ from ..kinematics.king_df import (
     static_scalar,
 )
 from ..sampling import hermite_cell, safe_divide, solve_increasing
-from ..validation import check_range, check_static_int, check_static_range, error_if
+from ..validation import check_range, check_scalar, check_static_int, check_static_range, error_if
 from .ode import integrate_on_grid
 
 G_MAX = 3.5
@@ -220,6 +220,7 @@ def solve_king_profile(
     num_points = check_static_int("num_points", num_points, 64)
     if not (isinstance(r_max, (int, float)) and np.isfinite(r_max) and r_max > 10.0):
         raise ValueError(f"r_max must be a finite float > 10 (static), got {r_max!r}")
+    check_scalar("W0", W0)
     W0 = check_range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
     g = checked_g(g)
     if ra is not None:
@@ -591,6 +592,7 @@ def solve_multimass_king_profile(
     **Returns:** a `MultiMassKingProfile`.
     """
     num_iterations = check_static_int("num_iterations", num_iterations, 1)
+    check_scalar("W0", W0)
     W0 = check_range("W0", W0, lower=W0_MIN, upper=W0_MAX, lower_inclusive=True, upper_inclusive=True)
     g = checked_g(g)
     delta = check_range("delta", delta, lower=0.0, lower_inclusive=True)

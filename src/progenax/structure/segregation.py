@@ -86,7 +86,7 @@ from .._sort import float_order, inverse_permutation
 from .._types import Array, ArrayLike, Key, Masses, Positions, Velocities
 from ..diagnostics.radii import half_mass_radius
 from ..units import G_PHYSICAL
-from ..validation import ParameterChecks
+from ..validation import ParameterChecks, check_scalar
 
 SOFT_RANK_WINDOW = 64
 """Neighbours on each side (in key order) that enter a star's relaxed rank."""
@@ -114,6 +114,8 @@ def check_segregation_arguments(checks: ParameterChecks, segregation, temperatur
     concrete 0 (the builder then skips segregation and its output is exactly
     what it was without the option).
     """
+    check_scalar("segregation", segregation)
+    check_scalar("segregation_temperature", temperature)
     temperature = checks.range(
         "segregation_temperature", temperature, lower=0.0, upper=TEMPERATURE_MAX, upper_inclusive=True
     )
