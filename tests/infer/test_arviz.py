@@ -37,3 +37,18 @@ def test_a_failed_figure_save_keeps_the_old_file(tmp_path):
     plt.close(figure)
     assert path.read_bytes() == b"old figure"
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_second_fit_in_one_process():
+    # numpyro keeps each site's `infer` dict in pytree metadata that JAX compares
+    # with `==` against its caches: the starting values stored there as bare
+    # arrays were the first fit's leaked tracers, and the second fit in a
+    # process (its `to_inference_data`) raised "arrays cannot be passed as
+    # metadata fields". They are wrapped (`initialization.start_value`).
+    import progenax
+    import progenax.infer
+
+    ic = progenax.plummer_builder(0, n=100, Q=None)
+    for _ in range(2):
+        idata = progenax.infer.fit_catalogue(ic, "plummer", num_warmup=5, num_samples=5, num_chains=1, progress=False)
+        assert idata.posterior["r_h"].shape == (1, 5)

@@ -22,9 +22,29 @@ from .data import ObservedCluster
 INIT_KEY = "init_value"
 
 
+class StartValue:
+    """A site's starting value in its `infer` dict (`start_value`), opaque to
+    JAX: numpyro traces keep `infer` as pytree metadata, which JAX compares
+    with `==`, and ArviZ's `from_numpyro` traces the model under
+    `jax.eval_shape`. A bare array there leaked that trace's tracer into the
+    next comparison, so a second fit (or `to_inference_data`) in one process
+    raised "arrays cannot be passed as metadata fields". Compared by identity."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def start_value(value) -> StartValue:
+    """`infer={INIT_KEY: start_value(x)}`: x as `init_to_data` reads it."""
+    return StartValue(value)
+
+
 def init_to_data(site=None):
     """numpyro init strategy (call it with no site: `init_to_data()`): a site's
-    `infer["init_value"]`, else `init_to_uniform`.
+    `infer["init_value"]` (a value, or one wrapped by `start_value`), else
+    `init_to_uniform`.
 
     The value is moved 1e-3 of the width inside an interval support, so a start
     outside the prior's range is never proposed.
@@ -36,6 +56,8 @@ def init_to_data(site=None):
     if site is None:
         return partial(init_to_data)
     value = (site.get("infer") or {}).get(INIT_KEY)
+    if isinstance(value, StartValue):
+        value = value.value
     if site["type"] != "sample" or site["is_observed"] or value is None:
         return init_to_uniform(site)
     support = site["fn"].support
