@@ -332,6 +332,26 @@ def test_plot_command(tmp_path, capsys):
     assert _is_png(tmp_path / "figs" / "q.png")
 
 
+def test_plot_refuses_to_overwrite_its_input(tmp_path, capsys):
+    # A catalogue named stars.png was replaced by its own figure, exit 0.
+    path = tmp_path / "stars.png"
+    assert _run(capsys, "build", "plummer", "--n", N, "--format", "csv", "-o", tmp_path / "stars.csv")[0] == 0
+    (tmp_path / "stars.csv").rename(path)
+    before = path.read_bytes()
+    code, out, err = _run(capsys, "plot", path, "--format", "csv")
+    _assert_usage_error(code, err, "would overwrite its input", "--output")
+    assert path.read_bytes() == before
+
+
+def test_relax_output_extension_error_names_the_own_format(tmp_path, capsys):
+    # It said "or give --format", but --format names the input's format only.
+    path = tmp_path / "c.h5"
+    assert _run(capsys, "build", "plummer", "--n", N, "-o", path)[0] == 0
+    code, out, err = _run(capsys, "relax", path, "-o", tmp_path / "relaxed.10", "--steps", 1)
+    _assert_usage_error(code, err, "relaxed.10", "relax writes progenax's own format")
+    assert "give --format" not in err
+
+
 # ------------------------------------------------------------------------- errors
 
 

@@ -598,6 +598,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
     ic = _read(args)
     out = args.output or args.path.with_suffix(".png")
+    if os.path.realpath(out) == os.path.realpath(args.path):
+        raise UsageError(f"the figure would overwrite its input {str(args.path)!r}: give -o/--output")
     with _writing(out):
         quicklook(ic, out)
     print(f"wrote {out}")
@@ -614,7 +616,10 @@ def _cmd_relax(args: argparse.Namespace) -> int:
             f"{args.path} holds SPH gas: relax takes a star cluster (the gas is placed on its turbulent field, "
             "and its smoothing lengths belong to those positions)"
         )
-    out_format = _checked_format(args.output, None)
+    try:
+        out_format = pio.file_format(args.output)  # --format names the input's format only
+    except ValueError as err:
+        raise UsageError(f"{err}: relax writes progenax's own format") from None
     try:
         pio.check_finite_arrays(ic)  # NaN in would be NaN out, after the whole relaxation
     except ValueError as err:

@@ -134,6 +134,30 @@ def test_atomic_write_renames_every_file_or_none(tmp_path):
     assert (a.read_text(), b.read_text()) == ("new a", "new b") and _temps(tmp_path) == []
 
 
+def test_a_pair_whose_second_target_is_a_directory_keeps_the_first(tmp_path):
+    # The table was renamed over the old one before the sidecar's rename failed
+    # on a directory, and the command line said the old file was left as it was.
+    table = tmp_path / "fort.10"
+    pio.write(version(0, N_OLD), table, format="nbody6")
+    before = table.read_bytes()
+    sidecar_path(table).unlink()
+    sidecar_path(table).mkdir()
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        pio.write(version(1, N_OLD), table, format="nbody6")
+    assert table.read_bytes() == before and _temps(tmp_path) == []
+
+
+def test_a_linked_nbody6_table_has_its_sidecar_beside_the_table(tmp_path):
+    # The sidecar went beside the link, so the table read by its own path had none.
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "fort.10"
+    link.symlink_to(tmp_path / "real" / "fort.10")
+    pio.write(version(1, N_OLD), link, format="nbody6")
+    assert (tmp_path / "real" / "fort.10.units.json").is_file() and not (tmp_path / "fort.10.units.json").exists()
+    for path in (link, tmp_path / "real" / "fort.10"):
+        assert _which_version(pio.read(path, format="nbody6"), "nbody6") == 1
+
+
 def test_stale_nbody6_sidecar_is_refused(tmp_path):
     table = tmp_path / "fort.10"
     pio.write(version(1, N_OLD), table, format="nbody6")

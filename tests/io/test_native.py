@@ -245,3 +245,31 @@ def test_format_summary_physical_and_henon():
     assert f"{total:.6g} Msun" in text and f"{total:.6g} Msun" in text_h
     line = pio.summary_line(ic)
     assert "\n" not in line and "N = 300" in line
+
+
+def _changed(ic, weights=None, **params):
+    weights = ic.weights if weights is None else weights
+    return InitialConditions(ic.state, weights, ic.model, {**ic.params, **params}, ic.units)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda ic: _changed(ic, run_info={"id": 3}), "parameter 'run_info' must be a string or numbers"),
+        (lambda ic: _changed(ic, names=["a", "bb"]), "parameter 'names' must be a string or numbers"),
+        (lambda ic: _changed(ic, mixed=[1.0, None]), "parameter 'mixed' must be a string or numbers"),
+        (lambda ic: _changed(ic, weights=ic.weights[:-1]), r"weights must have shape \(257,\)"),
+        (lambda ic: _changed(ic, weights=-ic.weights), "weights must be >= 0"),
+    ],
+)
+def test_what_read_would_refuse_is_not_written(tmp_path, name, change, message):
+    # .npz pickled a dict parameter over a good file (read then refused it) and
+    # read a list of strings back as one string; mismatched rows and negative
+    # weights were written whole and refused only on reading.
+    path = tmp_path / name
+    pio.write(_make_ic(np.float64), path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=message):
+        pio.write(change(_make_ic(np.float64, seed=1)), path)
+    assert path.read_bytes() == before

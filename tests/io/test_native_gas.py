@@ -63,3 +63,12 @@ def test_half_a_gas_file_is_an_error(tmp_path):
         del f["smoothing_length"]
     with pytest.raises(ValueError, match="internal_energy and smoothing_length"):
         pio.read(path)
+
+
+@pytest.mark.parametrize("fmt, name", [("nbody6", "fort.10"), ("csv", "gas.csv")])
+def test_star_only_formats_refuse_gas(tmp_path, fmt, name):
+    # nbody6 raised AttributeError ('GasCloud' has no 'to_henon'); csv dropped
+    # the internal energies and smoothing lengths without a word.
+    with pytest.raises(ValueError, match=f"the {fmt} format cannot hold SPH gas"):
+        pio.write(_gas(), tmp_path / name, format=fmt)
+    assert list(tmp_path.iterdir()) == []

@@ -25,6 +25,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from ..validation import check_finite
 
 
@@ -71,6 +73,8 @@ def atomic_write(*targets: str | os.PathLike) -> Iterator[tuple[Path, ...]]:
     try:
         for final in finals:
             writable_path(final)
+            if final.is_dir():  # found before any rename: a pair is replaced whole or not at all
+                raise IsADirectoryError(f"cannot write {str(final)!r}: it is a directory")
             fd, name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
             os.close(fd)
             temps.append(Path(name))
@@ -95,19 +99,46 @@ def atomic_write(*targets: str | os.PathLike) -> Iterator[tuple[Path, ...]]:
         os.close(directory)
 
 
+GAS_FORMATS = ("hdf5", "npz", "gadget", "swift", "amuse")
+"""The formats that hold SPH gas (internal energies and smoothing lengths)."""
+
+
 def check_finite_arrays(ic) -> None:
-    """Refuse to write particles with NaN or inf (`ValueError` naming the array).
+    """Refuse to write particles a reader would refuse or misread
+    (`ValueError` naming the array): NaN or inf, shapes that disagree (each
+    array one row per particle, positions and velocities (n, 3)), negative
+    masses or weights.
 
     Checks positions, velocities, masses, weights and, for SPH gas, the
     internal energies and smoothing lengths, and the unit scales: a file that
-    holds a non-finite value would pass the damage on to whatever reads it.
+    holds a non-finite value would pass the damage on to whatever reads it,
+    and one with mismatched rows was written whole and then refused by `read`.
     """
     s = ic.state
     arrays = {"positions": s.positions, "velocities": s.velocities, "masses": s.masses, "weights": ic.weights}
     for name in ("internal_energy", "smoothing_length"):
         if getattr(ic, name, None) is not None:
             arrays[name] = getattr(ic, name)
+    if np.ndim(s.masses) != 1:
+        raise ValueError(f"masses must have shape (n,), got {np.shape(s.masses)}")
+    n = np.shape(s.masses)[0]
+    for name, value in arrays.items():
+        want = (n, 3) if name in ("positions", "velocities") else (n,)
+        if np.shape(value) != want:
+            raise ValueError(f"{name} must have shape {want} (a row for each of the {n} masses), got {np.shape(value)}")
     for name in ("length_pc", "mass_msun", "velocity_kms"):
         arrays[f"the unit {name}"] = getattr(ic.units, name)
     for name, value in arrays.items():
         check_finite(name, value)
+    for name in ("masses", "weights"):
+        if np.any(np.asarray(arrays[name]) < 0):
+            raise ValueError(f"{name} must be >= 0, got a smallest value of {float(np.min(arrays[name]))}")
+
+
+def check_stars_only(ic, fmt: str) -> None:
+    """Refuse SPH gas for a format that holds stars only (`GAS_FORMATS` hold gas)."""
+    if all(getattr(ic, name, None) is not None for name in ("internal_energy", "smoothing_length")):
+        raise ValueError(
+            f"the {fmt} format cannot hold SPH gas (internal energy, smoothing length); "
+            f"gas is written as {', '.join(GAS_FORMATS)}"
+        )

@@ -32,7 +32,7 @@ import numpy as np
 from .._version import __version__
 from ..state import InitialConditions, ParticleState
 from ..units import physical_units
-from ._paths import atomic_write, check_finite_arrays, writable_path
+from ._paths import atomic_write, check_finite_arrays, check_stars_only, writable_path
 
 COLUMNS = ("x_pc", "y_pc", "z_pc", "vx_kms", "vy_kms", "vz_kms", "mass_msun", "weight")
 HEADER = ",".join(COLUMNS)
@@ -50,6 +50,7 @@ def write_csv(ic, path: str | os.PathLike, *, recipe: str | None = None) -> Path
     (`progenax.io._paths.atomic_write`): a failed one leaves the old file.
     """
     path = writable_path(path)
+    check_stars_only(ic, "csv")
     check_finite_arrays(ic)
     phys = ic.to_physical()
     s = phys.state

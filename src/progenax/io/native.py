@@ -188,7 +188,16 @@ def _content(ic) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, Any]]
     for name, value in dict(ic.params).items():
         if value is None:
             continue
-        params[str(name)] = _as_numpy(value)
+        value = _as_numpy(value)
+        # What both formats store and read back as written: `np.savez` pickled
+        # an object array (a dict, a list with None), which `read` then refused,
+        # and read a list of strings back as one string.
+        if not isinstance(value, str) and value.dtype.kind not in "biufc":
+            raise ValueError(
+                f"parameter {name!r} must be a string or numbers (a scalar or an array) to be written, "
+                f"got {type(dict(ic.params)[name]).__name__} of dtype {value.dtype}"
+            )
+        params[str(name)] = value
     return arrays, attrs, params
 
 

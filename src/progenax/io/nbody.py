@@ -83,7 +83,7 @@ import numpy as np
 from .._version import __version__
 from ..state import InitialConditions, ParticleState
 from ..units import henon_units
-from ._paths import atomic_write, check_finite_arrays, writable_path
+from ._paths import atomic_write, check_finite_arrays, check_stars_only, writable_path
 from .gadget import check_unit_weights
 
 SIDECAR_SUFFIX = ".units.json"
@@ -92,8 +92,10 @@ _FMT = "%.17g"
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:
-    """The sidecar file that holds the scales of the table at `path`."""
-    path = Path(path)
+    """The sidecar file that holds the scales of the table at `path`: beside
+    the table itself, where a symbolic link `path` points (as the table is
+    written there, `atomic_write`)."""
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
@@ -125,6 +127,7 @@ def write_nbody6(ic, path: str | os.PathLike, *, sidecar: bool = True, recipe: s
     """
 
     path = writable_path(path)
+    check_stars_only(ic, "nbody6")
     check_finite_arrays(ic)
     check_unit_weights(ic, "nbody6")
     h = ic.to_henon()

@@ -36,6 +36,7 @@ from ..imf import ChabrierIMF, PowerLawIMF, kroupa, salpeter
 from ..models import REGISTRY
 from ..structure.tidal import MODES as TIDAL_MODES
 from ..structure.tidal import apply_tidal_truncation, jacobi_radius_flat_rotation, jacobi_radius_point_mass
+from ._paths import GAS_FORMATS
 from .csv import RECIPE_PREFIX
 from .native import _check_format
 from .nbody import sidecar_path
@@ -83,7 +84,6 @@ CLOUD_KEYS = (
 (no Q, IMF, units, tidal truncation, segregation or binaries)."""
 PHYSICAL_FORMATS = ("gadget", "swift", "csv")
 """The formats whose writers convert to physical units (`ic.to_physical()`)."""
-GAS_FORMATS = ("hdf5", "npz", "gadget", "swift", "amuse")
 """The formats that keep the gas's internal energies and smoothing lengths."""
 GRAVOTURB_RENAMED = {"threshold_kappa": "kappa"}
 """Recipe keys spelled differently from `star_builder`'s keywords: `kappa` is the
