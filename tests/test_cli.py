@@ -343,6 +343,25 @@ def test_plot_refuses_to_overwrite_its_input(tmp_path, capsys):
     assert path.read_bytes() == before
 
 
+def test_unreadable_inputs_are_named_for_what_they_are(tmp_path, capsys):
+    # A folder was "no such file", a binary file read as CSV a bare "'utf-8'
+    # codec can't decode byte 0x89", HDF5 named .npz "pickled (object) data",
+    # and a demo folder that is a file "[Errno 17] File exists" (exit 1).
+    path = tmp_path / "c.h5"
+    assert _run(capsys, "build", "plummer", "--n", N, "-o", path)[0] == 0
+    (tmp_path / "folder.h5").mkdir()
+    (tmp_path / "c.npz").write_bytes(path.read_bytes())
+    (tmp_path / "afile").write_text("")
+    for argv, words in [
+        (["info", tmp_path / "folder.h5"], ["folder.h5", "is a directory"]),
+        (["info", path, "--format", "csv"], ["c.h5", "not a text CSV table"]),
+        (["info", tmp_path / "c.npz"], ["c.npz", "is an HDF5 file", "format='hdf5'"]),
+        (["demo", "--output-dir", tmp_path / "afile", "--n", N], ["--output-dir", "is a file"]),
+    ]:
+        code, out, err = _run(capsys, *argv)
+        _assert_usage_error(code, err, *words)
+
+
 def test_relax_output_extension_error_names_the_own_format(tmp_path, capsys):
     # It said "or give --format", but --format names the input's format only.
     path = tmp_path / "c.h5"

@@ -18,12 +18,15 @@ def cluster():
     return fractal_builder(jax.random.PRNGKey(0), n=1000, D=1.6, r_h=1.3, Q=0.3)
 
 
-@pytest.mark.parametrize("n", [1, 2])
-def test_exactly_n_stars(n):
+def test_exactly_n_stars():
+    n = 2
     ic = fractal_builder(jax.random.PRNGKey(n), n=n)
     s = ic.state
     assert s.positions.shape == (n, 3) and s.velocities.shape == (n, 3) and s.masses.shape == (n,)
     assert np.all(np.isfinite(np.asarray(s.positions))) and np.all(np.isfinite(np.asarray(s.velocities)))
+    # One star has no potential energy, so no virial ratio (it was ignored: zero velocities).
+    with pytest.raises(ValueError, match="n must be >= 2 for a virial ratio Q"):
+        fractal_builder(jax.random.PRNGKey(1), n=1)
 
 
 def test_exactly_n_stars_1000(cluster):

@@ -81,14 +81,12 @@ def test_eager_derivative_at_a_bad_value_names_the_argument(transform):
     assert float(transform(lambda x: check_range("r_h", x, lower=0.0) ** 2)(3.0)) == 6.0
 
 
-def test_piecewise_constant_check_survives_jit_grad():
+def test_a_traced_check_survives_jit_grad():
     # The output depends on x only through a comparison (pathwise gradient 0):
     # jit(grad) keeps no forward value, so a plain traced check would be dead code.
     def build(x):
         checks = ParameterChecks()
-        x = checks.range(
-            "D", x, lower=1.6, upper=3.0, lower_inclusive=True, upper_inclusive=True, piecewise_constant=True
-        )
+        x = checks.range("D", x, lower=1.6, upper=3.0, lower_inclusive=True, upper_inclusive=True)
         positions = jnp.where(jax.random.uniform(jax.random.PRNGKey(0), (8,)) < x / 3.0, 1.0, 2.0)
         return checks.attach({"positions": positions, "count": jnp.arange(8)})
 
@@ -196,3 +194,47 @@ def test_every_scalar_parameter_refuses_an_array(build, name):
     # arrays", "Pred must be a scalar") where r_h, Q and D said "must be a scalar".
     with pytest.raises(ValueError, match=f"^{name} must be a scalar, got an array of shape \\(2,\\)"):
         build(jnp.array([1.0, 1.5]))
+
+
+def test_a_check_on_a_parameter_no_kept_output_depends_on_fires_under_jit_grad():
+    # Positions do not depend on Q: jit(grad) of a loss of positions kept no
+    # forward value and returned 0 at Q = -1.
+    gradient = jax.jit(jax.grad(lambda q: jnp.sum(progenax.plummer_builder(0, n=50, Q=q).state.positions ** 2)))
+    assert float(gradient(0.5)) == 0.0
+    with pytest.raises(Exception, match="Q must be >= 0.0"):
+        jax.block_until_ready(gradient(-1.0))
+
+
+def _small_cluster():
+    x = jnp.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 3.0]])
+    return x, 0.1 * x[::-1], jnp.ones(4)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: progenax.diagnostics.scale_to_virial_ratio(*_small_cluster(), -1.0), "Q must be >= 0.0"),
+        (lambda: progenax.diagnostics.scale_to_virial_ratio(*_small_cluster(), math.nan), "Q must be >= 0.0"),
+        (lambda: progenax.diagnostics.lagrangian_radii(*_small_cluster()[::2], (0.5, 1.5)), "fractions must be"),
+        (lambda: progenax.solve_kepler(1.0, 1.5), "e must be >= 0.0 and < 1.0"),
+        (lambda: progenax.jacobi_radius_flat_rotation(1e4, 220.0, 8000.0, G=-1.0), "G must be > 0.0"),
+        (lambda: progenax.henon_units(0.0, 1.0), "the henon unit mass_msun must be > 0"),
+        (lambda: progenax.henon_units(1.0, math.nan), "the henon unit length_pc must be > 0"),
+        (lambda: progenax.Units("nbody", 1.0, 1.0, 1.0), "units name must be one of"),
+    ],
+)
+def test_public_helpers_check_their_arguments(call, message):
+    # They returned zero velocities, clipped fractions, E for e = 1.5, NaN radii
+    # or units that turn every value NaN, where the builders refuse the same values.
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_checked_helpers_keep_float32():
+    # A Python-number argument checked must not widen float32 arrays under x64.
+    with jax.enable_x64(True):
+        x = jnp.arange(12.0, dtype=jnp.float32).reshape(4, 3)
+        m = jnp.ones(4, jnp.float32)
+        assert progenax.diagnostics.scale_to_virial_ratio(x, x[::-1], m, 0.5).dtype == jnp.float32
+        assert progenax.diagnostics.lagrangian_radii(x, m, (0.5,)).dtype == jnp.float32
+        assert progenax.solve_kepler(jnp.float32(1.0), 0.5).dtype == jnp.float32

@@ -695,6 +695,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
 
     out = args.output_dir
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output-dir {str(out)!r} is a file, not a folder")
     ic = plummer_builder(args.seed, n=args.n, r_h=1.0, alpha=2.3, Q=0.5, imf="kroupa")
     figures = pio.summary_figures(ic)
     with _writing(out / "cluster.h5"):

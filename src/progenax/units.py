@@ -49,6 +49,22 @@ class Units(eqx.Module):
     mass_msun: Scalar
     velocity_kms: Scalar
 
+    def __check_init__(self):
+        # Concrete scales are checked on the host (a traced one, inside `jit`, is
+        # the caller's): a zero or NaN scale made every converted value NaN.
+        if self.name not in UNIT_SYSTEMS:
+            raise ValueError(f"units name must be one of {UNIT_SYSTEMS}, got {self.name!r}")
+        for field in ("length_pc", "mass_msun", "velocity_kms"):
+            value = getattr(self, field)
+            if isinstance(value, jax.core.Tracer):
+                continue
+            value = np.asarray(value)
+            if not np.all(np.isfinite(value) & (value > 0)):
+                raise ValueError(
+                    f"the {self.name} unit {field} must be > 0 and finite, got {value}"
+                    + (" (a cluster with no mass, or all its stars at one point?)" if self.name == "henon" else "")
+                )
+
     @property
     def G(self) -> Scalar:
         """Gravitational constant in these units.

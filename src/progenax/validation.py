@@ -163,6 +163,18 @@ def check_range(
     return error_if(x, jnp.any(bad), message + note)
 
 
+def check_argument(name: str, value, **bounds):
+    """`check_range` that returns `value` as given, its dtype and weak type
+    kept: for a public function whose arguments' dtypes set its result's
+    (float32 arrays with a Python-number argument stay float32 under x64)."""
+    bad, message = _range_violation(name, value, **bounds)
+    if _is_concrete(bad):
+        if bool(np.any(bad)):
+            raise ValueError(f"{message}, got {_shown(np.asarray(value))}")
+        return value
+    return error_if(value, jnp.any(bad), message)
+
+
 def check_static_range(
     name: str,
     value: float,
@@ -221,18 +233,17 @@ class ParameterChecks:
     def __init__(self) -> None:
         self._preds: list[Array] = []
         self._messages: list[str] = []
-        self._piecewise_constant: list[Array] = []
+        self._traced: list[Array] = []
 
-    def range(
-        self, name: str, value: ArrayLike, note: str = "", *, piecewise_constant: bool = False, **bounds
-    ) -> Array:
+    def range(self, name: str, value: ArrayLike, note: str = "", **bounds) -> Array:
         """`check_range`, deferring a traced check to `attach`.
 
-        `piecewise_constant=True` marks a parameter the outputs depend on only
-        through discrete draws (pathwise gradient exactly 0, e.g. the fractal's
-        D): `attach` then also gives every output a zero-valued derivative path
-        through it, so that a `jit(grad)` with respect to it, which keeps no
-        forward value of the build, still runs the checks.
+        `attach` also gives every output a zero-valued derivative path through
+        each traced parameter, so that a `jit(grad)` with respect to it runs
+        the checks even where it keeps no forward value of the build: a
+        parameter the kept outputs depend on only through discrete draws (the
+        fractal's D: pathwise gradient 0) or not at all (Q and `ra` move no
+        position: `jit(grad)` of a loss of positions at Q = -1 returned 0).
         """
         x = as_float(value)
         bad, message = _range_violation(name, x, **bounds)
@@ -240,8 +251,7 @@ class ParameterChecks:
             return check_range(name, x, note=note, **bounds)
         self._preds.append(jnp.any(bad))
         self._messages.append(message + note)
-        if piecewise_constant:
-            self._piecewise_constant.append(x)
+        self._traced.append(x)
         return x
 
     def condition(self, bad: ArrayLike, message: str) -> None:
@@ -259,12 +269,12 @@ class ParameterChecks:
         preds = jnp.stack(self._preds)
         bad, index, messages = jnp.any(preds), jnp.argmax(preds), tuple(self._messages)
         output = tie_errors(output, bad, index, messages)
-        if not self._piecewise_constant:
+        if not self._traced:
             return output
         # 0 * x is 0 for a finite x (a bad x has failed the check above), and its
         # derivative carries the checks: see `_checked_derivative`.
         nan = _NAN_ON_ERROR.get()  # read now: the derivative rule may be traced after the context has closed
-        zero = sum(0.0 * _checked_derivative(x, bad, index, messages, nan) for x in self._piecewise_constant)
+        zero = sum(0.0 * _checked_derivative(x, bad, index, messages, nan) for x in self._traced)
         return _tie(output, zero)
 
 

@@ -106,9 +106,13 @@ def test_eager_grad_at_a_rejected_value_names_the_argument():
         jax.jacfwd(lambda d: px.fractal_builder(0, n=N, D=d).state.positions.sum())(jnp.inf)
 
 
-def test_henon_units_need_two_stars():
+def test_henon_units_and_a_virial_ratio_need_two_stars():
     with pytest.raises(ValueError, match="n must be >= 2 for units='henon'"):
-        px.plummer_builder(0, n=1, units="henon")
+        px.plummer_builder(0, n=1, units="henon", Q=None)
+    # Q was ignored for one star: zero velocities and a summary of Q = nan.
+    with pytest.raises(ValueError, match="n must be >= 2 for a virial ratio Q"):
+        px.plummer_builder(0, n=1)
+    assert px.plummer_builder(0, n=1, Q=None).n == 1
 
 
 # Accepted ranges sampled here: physically sensible values inside each support.

@@ -43,6 +43,7 @@ import numpy as np
 
 from .._fusion import materialize
 from .._types import Array, ArrayLike
+from ..validation import check_argument
 
 # 2 pi = _TWO_PI_HI + _TWO_PI_LO (+ ~1e-32): the high part keeps 30 significant
 # bits, so k * _TWO_PI_HI is exact for |k| < 2^23 and so is M - k * _TWO_PI_HI
@@ -205,6 +206,7 @@ def solve_kepler(M: ArrayLike, e: ArrayLike, *, newton_steps: int = 1) -> Array:
     and derivatives $\partial E/\partial M = 1/(1 - e\cos E)$,
     $\partial E/\partial e = \sin E/(1 - e\cos E)$ by the implicit-function theorem.
     """
+    e = check_argument("e", e, lower=0.0, upper=1.0, lower_inclusive=True)  # the builders' orbits need no check
     return _kepler(*_checked(M, e, newton_steps), False)[0]
 
 

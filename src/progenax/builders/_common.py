@@ -88,10 +88,14 @@ def check_common_arguments(n, units, imf, r_h, alpha, Q) -> CommonArguments:
         if value is not None:
             check_scalar(name, value)
     checks = ParameterChecks()
+    n = check_count("n", n)
+    units = check_units_name(units, n)
+    if Q is not None:  # one star has no potential energy: Q was ignored, the velocities 0
+        check_count("n", n, 2, "for a virial ratio Q (one star has no potential energy; Q=None gives the model's own)")
     return CommonArguments(
         checks=checks,
-        n=check_count("n", n),
-        units=check_units_name(units, n),
+        n=n,
+        units=units,
         imf=check_imf(imf),
         r_h=checks.range("r_h", r_h, lower=0.0),
         alpha=checks.range("alpha", alpha, lower=0.0, upper=10.0),

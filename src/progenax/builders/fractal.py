@@ -199,9 +199,7 @@ def fractal_builder(
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     c = check_common_arguments(n, units, imf, r_h, alpha, Q)
     check_scalar("D", D)
-    D = c.checks.range(
-        "D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True, piecewise_constant=True
-    )
+    D = c.checks.range("D", D, lower=D_MIN, upper=D_MAX, lower_inclusive=True, upper_inclusive=True)
     S, T = check_segregation_arguments(c.checks, segregation, segregation_temperature)
     if mesh is not None:
         refuse_unsharded(segregation=S, binaries=binaries)

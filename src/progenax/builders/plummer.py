@@ -54,7 +54,7 @@ def plummer_builder(
     - `alpha`: high-mass slope of the Kroupa (2001) IMF (0.08-100 Msun, slopes
       1.3 / alpha, break 0.5 Msun), or of Chabrier's; ignored unless `imf` is
       None / "kroupa" / "equal" / "chabrier".
-    - `Q`: virial ratio T/|W| (> 0), or None.
+    - `Q`: virial ratio T/|W| (>= 0; 0 is a cold start), or None.
     - `imf`: None or "kroupa" (Kroupa with `alpha`), "salpeter", "equal",
       "chabrier" (`progenax.imf.ChabrierIMF(alpha=alpha)`: Chabrier 2003's
       log-normal below 1 Msun), or any `progenax.imf.PowerLawIMF` or `ChabrierIMF`.

@@ -78,6 +78,7 @@ from .._sort import sort_by_radius
 from .._types import Array, Masses, Positions, Scalar, Velocities
 from ..sampling import safe_divide, safe_sqrt
 from ..units import G_PHYSICAL
+from ..validation import check_argument
 from .mesh import column_median, mesh_pair_energy
 from .radii import squared_radii
 from .ring import ring_mass_inside
@@ -281,6 +282,7 @@ def scale_to_virial_ratio(
     one-sided derivative is infinite, and the gradient returned is 0 (never
     inf or NaN: double-where on the square root).
     """
+    Q = check_argument("Q", Q, lower=0.0, lower_inclusive=True)
     t = kinetic_energy(velocities, masses)
     w = potential_energy(positions, masses, G=G, method=method, centre=centre)
     return velocities * virial_velocity_factor(t, w, Q)

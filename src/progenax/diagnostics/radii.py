@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from .._sort import sort_by_radius
 from .._types import Array, ArrayLike, Masses, Positions, Scalar
 from ..sampling import safe_sqrt
+from ..validation import check_argument
 from .centre import centre_of_mass
 
 
@@ -56,6 +57,7 @@ def lagrangian_radii(
     """
     centre = centre_of_mass(positions, masses) if centre is None else jnp.asarray(centre, positions.dtype)
     r2 = squared_radii(positions[:, :2], centre[:2]) if projected else squared_radii(positions, centre)
+    fractions = check_argument("fractions", fractions, lower=0.0, upper=1.0, lower_inclusive=True, upper_inclusive=True)
     return _weighted_quantile(r2, masses, jnp.asarray(fractions, dtype=r2.dtype))
 
 

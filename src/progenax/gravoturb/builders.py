@@ -386,7 +386,7 @@ def star_builder(
       `velocity_beta`, `geometry`: the field, as for `cloud_builder`.
     - `kappa`: sharpness of the threshold (> 0), width $1/\kappa$ in $s$.
     - `dispersion`: 1D velocity dispersion added to the gas velocity, km/s (>= 0).
-    - `Q`: virial ratio of the stars (> 0) or None (keep the inherited velocities).
+    - `Q`: virial ratio of the stars (>= 0; 0 is a cold start) or None (keep the inherited velocities).
     - `imf`, `alpha`: as for `progenax.plummer_builder` (`alpha` is the Kroupa
       high-mass slope). In 0.1.0 `alpha` was the PDF's tail slope: for one
       release, passing `alpha` without `pdf_slope` warns, so that an old script
@@ -425,7 +425,7 @@ def star_builder(
     kappa = checks.range("kappa", kappa, lower=0.0)
     dispersion = checks.range("dispersion", dispersion, lower=0.0, lower_inclusive=True)
     alpha = checks.range("alpha", alpha, lower=0.0, upper=10.0)
-    Q = None if Q is None else checks.range("Q", Q, lower=0.0)
+    Q = None if Q is None else checks.range("Q", Q, lower=0.0, lower_inclusive=True)  # 0: a cold start
     binaries = check_binaries(binaries)
     if mesh is None:
         ic, w = checks.attach(_stars(as_key(key), n, kappa, dispersion, alpha, Q, imf, units, hard, f, binaries))

@@ -38,6 +38,17 @@ def writable_path(path: str | os.PathLike) -> Path:
     return path
 
 
+def readable_file(path: str | os.PathLike) -> Path:
+    """`path` as a Path, or FileNotFoundError if there is no file there (a
+    directory is named as one, not as missing)."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{str(path)!r} is a directory, not a file")
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    return path
+
+
 def _file_mode(target: Path) -> int:
     """The permission bits the target would get from a plain `open(target, "w")`:
     its own when it exists, else 0o666 less the umask (mkstemp's are 0o600)."""

@@ -70,7 +70,7 @@ from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import Units, physical_units
-from ._paths import atomic_write, check_finite_arrays, writable_path
+from ._paths import atomic_write, check_finite_arrays, readable_file, writable_path
 from .gadget import check_unit_weights, is_gas
 
 INSTALL_HINT = (
@@ -240,9 +240,7 @@ def read_amuse(path: str | os.PathLike):
     """
     _, amuse_units, nbody_system, amuse_io = require_amuse()
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    path = readable_file(path)
     particles = amuse_io.read_set_from_file(str(path), AMUSE_FORMAT, close_file=True)
     names = set(particles.get_attribute_names_defined_in_store())
     missing = [name for name in ("mass", "x", "y", "z", "vx", "vy", "vz") if name not in names]

@@ -32,7 +32,7 @@ import numpy as np
 from .._version import __version__
 from ..state import InitialConditions, ParticleState
 from ..units import physical_units
-from ._paths import atomic_write, check_finite_arrays, check_stars_only, writable_path
+from ._paths import atomic_write, check_finite_arrays, check_stars_only, readable_file, writable_path
 
 COLUMNS = ("x_pc", "y_pc", "z_pc", "vx_kms", "vy_kms", "vz_kms", "mass_msun", "weight")
 HEADER = ",".join(COLUMNS)
@@ -76,9 +76,14 @@ def read_csv(path: str | os.PathLike, *, model: str = "csv"):
     not a number; `FileNotFoundError` if the file does not exist.
     """
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    path = readable_file(path)
+    try:
+        return _read_table(path, model)
+    except UnicodeDecodeError:
+        raise ValueError(f"{str(path)!r} is not a text CSV table (it holds binary data)") from None
+
+
+def _read_table(path: Path, model: str):
     with open(path) as f:
         line = f.readline()
         while line.startswith("#"):  # the recipe line of `write_csv`

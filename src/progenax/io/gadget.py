@@ -89,7 +89,7 @@ from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import physical_units
-from ._paths import atomic_write, check_finite_arrays, writable_path
+from ._paths import atomic_write, check_finite_arrays, readable_file, writable_path
 
 U_L_CGS = 3.0856775814913673e18
 """One parsec in cm."""
@@ -285,9 +285,7 @@ def read_gadget(path: str | os.PathLike, *, particle_type: int | None = None):
     SPH gas: a `progenax.gravoturb.GasCloud` (its `field` is None).
     """
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    path = readable_file(path)
     try:
         f = h5py.File(path, "r")
     except OSError as err:

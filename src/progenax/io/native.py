@@ -104,7 +104,7 @@ from ..gravoturb.cloud import GasCloud
 from ..models import RecordedModel
 from ..state import InitialConditions, ParticleState
 from ..units import UNIT_SYSTEMS, Units
-from ._paths import atomic_write, check_finite_arrays, writable_path
+from ._paths import atomic_write, check_finite_arrays, readable_file, writable_path
 from .amuse import read_amuse, write_amuse
 from .csv import read_csv, write_csv
 from .gadget import read_gadget, write_gadget
@@ -360,8 +360,7 @@ def read(path: str | os.PathLike, format: str | None = None, **options):
         raise TypeError(f"the {fmt} format takes no options, got {sorted(options)}")
     if fmt == "csv":
         return read_csv(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    readable_file(path)
     if fmt == "hdf5":
         arrays, attrs, params = _read_hdf5(path)
     else:
@@ -432,6 +431,9 @@ def _read_hdf5(path: Path):
 
 def _read_npz(path: Path):
 
+    with open(path, "rb") as f:
+        if f.read(8) == b"\x89HDF\r\n\x1a\n":  # numpy would say "pickled data"
+            raise ValueError(f"{str(path)!r} is an HDF5 file, not .npz: name it .h5 or pass format='hdf5'")
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as err:

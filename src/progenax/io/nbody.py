@@ -83,7 +83,7 @@ import numpy as np
 from .._version import __version__
 from ..state import InitialConditions, ParticleState
 from ..units import henon_units
-from ._paths import atomic_write, check_finite_arrays, check_stars_only, writable_path
+from ._paths import atomic_write, check_finite_arrays, check_stars_only, readable_file, writable_path
 from .gadget import check_unit_weights
 
 SIDECAR_SUFFIX = ".units.json"
@@ -217,9 +217,7 @@ def read_nbody6(
     `FileNotFoundError` if the table does not exist.
     """
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    path = readable_file(path)
     try:
         table = np.loadtxt(path, dtype=np.float64, comments="#", ndmin=2)
     except ValueError as err:

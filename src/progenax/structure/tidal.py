@@ -31,7 +31,7 @@ from .._types import Array, ArrayLike, Scalar
 from ..sampling import safe_norm
 from ..state import InitialConditions
 from ..units import G_PHYSICAL
-from ..validation import check_range
+from ..validation import check_argument, check_finite, check_range
 
 MODES = ("sigmoid", "hard")
 
@@ -80,6 +80,7 @@ def apply_tidal_truncation(
         centre = jnp.zeros(3, s.positions.dtype)
     elif centre is None:
         centre = jnp.sum(s.masses[:, None] * s.positions, axis=0) / jnp.sum(s.masses)
+    check_finite("centre", centre)  # a NaN centre made every weight NaN
     x = s.positions - jnp.asarray(centre, s.positions.dtype)
     r = safe_norm(x)
     w = tidal_weights(r, r_t, kappa, mode)
@@ -108,4 +109,5 @@ def jacobi_radius_flat_rotation(
     m = check_range("cluster_mass", cluster_mass, lower=0.0)
     V_c = check_range("V_c", V_c, lower=0.0)
     R = check_range("R", R, lower=0.0)
+    G = check_argument("G", G, lower=0.0)
     return (G * m * R**2 / (2.0 * V_c**2)) ** (1.0 / 3.0)
