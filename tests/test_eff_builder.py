@@ -177,3 +177,33 @@ def test_truncated_relation_is_checked_in_numpy_when_concrete():
         eager = truncated_half_mass_unreachable(*args)
         assert isinstance(eager, (np.ndarray, np.bool_)), type(eager)
         assert bool(eager) == bool(traced(*args)) == unreachable, args
+
+
+def test_float32_gradients_away_from_unit_radius_and_for_steep_profiles():
+    # In float32 the gradient in r_h was NaN at r_h = 0.01 (the potential's
+    # slope, differentiated twice more by the DF, overflowed as r^-8) and at
+    # r_h = 100, as was the gradient in gamma from gamma = 5 (the speed table's
+    # rows normalised by a total near 1e-20, whose square JAX's quotient rule
+    # takes). sum m v^2 scales exactly as 1/r_h at a fixed key, so its r_h
+    # gradient is -O / r_h; gamma's is compared with a central difference
+    # (float32, step 0.02: measured within 0.6%, so 2% leaves room for the
+    # difference's own truncation and rounding).
+    with jax.enable_x64(False):
+        key = jax.random.PRNGKey(0)
+
+        def energy(r_h, gamma):
+            s = eff_builder(key, n=64, gamma=gamma, r_h=r_h).state
+            return jnp.sum(s.masses * jnp.sum(s.velocities**2, axis=-1))
+
+        value = jax.jit(energy)
+        gradient = jax.jit(jax.grad(energy, argnums=(0, 1)))
+        for r_h in (0.01, 100.0):
+            d_r_h, _ = gradient(jnp.float32(r_h), jnp.float32(3.0))
+            np.testing.assert_allclose(float(d_r_h), -float(value(jnp.float32(r_h), jnp.float32(3.0))) / r_h, rtol=1e-4)
+        for gamma in (5.0, 12.0):
+            _, d_gamma = gradient(jnp.float32(1.0), jnp.float32(gamma))
+            step = 0.02
+            central = (
+                value(jnp.float32(1.0), jnp.float32(gamma + step)) - value(jnp.float32(1.0), jnp.float32(gamma - step))
+            ) / (2 * step)
+            np.testing.assert_allclose(float(d_gamma), float(central), rtol=2e-2)

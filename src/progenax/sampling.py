@@ -33,10 +33,27 @@ def _value_and_slope(F: Callable[[Array], Array], x: Array) -> tuple[Array, Arra
     return f, df
 
 
+@jax.custom_jvp
 def safe_divide(num: Array, den: Array) -> Array:
-    """num / den, with 0 where den == 0 (double-where: no NaN in gradients)."""
+    r"""num / den, with 0 where den == 0 (double-where: no NaN in gradients).
+
+    Its derivative is $(\dot n - q\,\dot d)/d$ with $q = n/d$: JAX's quotient
+    rule multiplies by $d^{-2}$, which overflows float32 for $|d| < 10^{-19}$
+    (the outer rows of a steep model's speed table: the float32 gradient in
+    EFF's gamma was NaN from gamma = 5) where the quotient itself is fine.
+    """
     ok = den != 0
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
+
+
+@safe_divide.defjvp
+def _safe_divide_jvp(primals, tangents):
+    num, den = primals
+    d_num, d_den = tangents
+    ok = den != 0
+    den_safe = jnp.where(ok, den, 1.0)
+    q = jnp.where(ok, num / den_safe, 0.0)
+    return q, jnp.where(ok, (d_num - q * d_den) / den_safe, 0.0)
 
 
 def safe_sqrt(r2: Array) -> Array:

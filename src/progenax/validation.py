@@ -127,13 +127,23 @@ def check_finite(name: str, value: ArrayLike) -> None:
 
 
 def as_float(value: ArrayLike) -> Array:
-    """`value` as an array of JAX's default float dtype. A Python or NumPy
-    number (or NumPy array) is converted on the host and copied to the device:
-    `jnp.asarray` of one compiles a one-op program (a conversion, or JAX's
-    `stage`) on its first call in a process for each shape and dtype, 10-40
-    ms of a cold build on the project's machine."""
+    """`value` as a float array: in its own floating dtype (a float32
+    parameter stays float32 when x64 is on: it was widened to float64, so a
+    float32 cluster read from a file gave float64 densities and `relax` of it
+    failed), else (Python numbers, integers) in JAX's default float dtype. A
+    Python or NumPy number (or NumPy array) is converted on the host and
+    copied to the device: `jnp.asarray` of one compiles a one-op program (a
+    conversion, or JAX's `stage`) on its first call in a process for each
+    shape and dtype, 10-40 ms of a cold build on the project's machine."""
     dtype = jnp.result_type(float)
-    if isinstance(value, (int, float, np.generic, np.ndarray)):
+    own = getattr(value, "dtype", None)
+    if own is not None and jnp.issubdtype(own, jnp.floating):
+        if isinstance(value, jax.Array):
+            return value  # its weak type kept too (a model's default total mass 1.0)
+        dtype = own
+    if isinstance(value, (int, float)) and not isinstance(value, (bool, np.generic)):
+        return jax.device_put(float(value))  # weakly typed, as the number was: float32 arrays stay float32
+    if isinstance(value, (bool, np.generic, np.ndarray)):
         return jax.device_put(np.asarray(value, dtype=dtype))
     return jnp.asarray(value, dtype=dtype)
 

@@ -197,3 +197,25 @@ def test_eff_model_called_eagerly_compiles_each_function_once():
     # The same values as the traced path a builder takes.
     r = jnp.asarray([0.3, 0.5])
     np.testing.assert_allclose(model.mass_fraction(r), jax.jit(lambda r: model.mass_fraction(r))(r), rtol=1e-14)
+
+
+def test_float32_parameters_keep_float32_under_x64():
+    # A float32 model (a float32 file read in a float64 session) computed in
+    # float64 (its checked parameters were widened to the default float), so
+    # `relax` of a float32 EFF or King file failed on mixed loop carries; a
+    # float32 sample of a float64 King model failed on a mixed subtraction.
+    f32 = jnp.float32
+    r = jnp.linspace(0.1, 2.0, 5, dtype=f32)
+    models = {
+        "eff": EFF(gamma=f32(3.0), r_h=f32(1.0)),
+        "king": progenax.models.King(W0=f32(6.0), r_h=f32(1.0)),
+        "dehnen": Dehnen(gamma=f32(1.0), r_h=f32(1.0)),
+    }
+    for name, model in models.items():
+        assert model.density(r).dtype == f32, name
+    assert progenax.imf.kroupa(f32(2.3)).icdf(jnp.array([0.5], f32)).dtype == f32
+    assert progenax.structure.tidal.tidal_weights(r, f32(2.0)).dtype == f32
+    keys = tuple(jax.random.split(jax.random.PRNGKey(0), 4))
+    for model in (progenax.models.King(W0=6.0, r_h=1.0), progenax.models.LoweredIsothermal(W0=6.0, g=1.5, r_h=1.0)):
+        x, v = model.sample_phase_space(keys, 50, f32)
+        assert x.dtype == v.dtype == f32 and np.all(np.isfinite(np.asarray(v)))

@@ -69,8 +69,11 @@ class PowerLawIMF(eqx.Module):
     slopes: Array
 
     def __init__(self, breaks: ArrayLike, slopes: ArrayLike):
-        breaks = jnp.asarray(breaks, dtype=jnp.result_type(float))
-        slopes = jnp.asarray(slopes, dtype=jnp.result_type(float))
+        # The wider of the two's dtypes (Python numbers weak): a float32 slope
+        # keeps the masses float32 when x64 is on.
+        breaks, slopes = jnp.asarray(breaks), jnp.asarray(slopes)
+        dtype = jnp.result_type(breaks, slopes, float)
+        breaks, slopes = breaks.astype(dtype), slopes.astype(dtype)
         if breaks.ndim != 1 or slopes.ndim != 1 or breaks.shape[0] != slopes.shape[0] + 1:
             raise ValueError(
                 f"breaks must have one more entry than slopes (got breaks {breaks.shape}, slopes {slopes.shape})"

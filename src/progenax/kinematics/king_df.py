@@ -328,6 +328,15 @@ def sample_speed_fraction(
     For a stack of tables (leading axis K, e.g. `jax.vmap(speed_table)` over the
     components of a multi-mass model), `component` gives each star's table.
     """
+    # In the wider of the table's and the stars' dtypes, returned in u's: a
+    # float32 sample of a float64 model mixed the two in one subtraction.
+    out_dtype = jnp.asarray(u).dtype
+    dtype = jnp.result_type(u, W, table.cdf)
+    u, W = jnp.asarray(u, dtype), jnp.asarray(W, dtype)
+    return _sample_speed_fraction(table, W, u, component, num_steps).astype(out_dtype)
+
+
+def _sample_speed_fraction(table: SpeedTable, W: Array, u: Array, component, num_steps: int) -> Array:
     num_W, num_q1 = table.cdf.shape[-2:]
     num_q = num_q1 - 1
     W_step = table.W_step if component is None else table.W_step[component]

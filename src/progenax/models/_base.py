@@ -258,6 +258,8 @@ class AbstractClusterModel(eqx.Module):
         `keys` = (radii, position directions, speeds, velocity directions). With
         `ra` set, velocities from the Osipkov-Merritt DF (same keys: the speed key
         draws the pseudo-speed, the velocity-direction key its direction).
+        Returned in `dtype` (a float64 model sampled in float32 computes in
+        float64).
         """
         k_r, k_rdir, k_v, k_vdir = keys
         radii = self.sample_radii(k_r, n, dtype)
@@ -265,9 +267,10 @@ class AbstractClusterModel(eqx.Module):
         positions = radii[:, None] * directions
         ra = self.anisotropy_radius
         if ra is not None:
-            return positions, sample_osipkov_merritt(self, ra, (k_v, k_vdir), radii, directions)
-        speeds = self.sample_speeds(k_v, radii)
-        return positions, speeds[:, None] * isotropic_directions(k_vdir, n, dtype, stored=True)
+            velocities = sample_osipkov_merritt(self, ra, (k_v, k_vdir), radii, directions)
+        else:
+            velocities = self.sample_speeds(k_v, radii)[:, None] * isotropic_directions(k_vdir, n, dtype, stored=True)
+        return positions.astype(dtype), velocities.astype(dtype)
 
 
 class RecordedModel(AbstractClusterModel):

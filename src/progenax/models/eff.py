@@ -327,8 +327,11 @@ def _radial_potential_jvp(primals, tangents):
     dr, d_profile = tangents
     value, d_param = _parameter_tangent(_potential_formula, r, profile, d_profile)
     pos = r > 0  # double where: G M(<r) / r^2 -> 0 at r = 0
-    r_safe = jnp.where(pos, r, 1.0)
-    slope = jnp.where(pos, profile.G * profile.total_mass * profile.mass_fraction(r) / r_safe**2, 0.0)
+    # In q = r / a, then / a^2: the DF differentiates this slope twice more, and
+    # the powers of 1/r^2 that gives overflowed float32 (r^-8 at e^-10 r_h for
+    # r_h = 0.01 pc: the float32 gradient in r_h was NaN); q is near 1 there.
+    q_safe = jnp.where(pos, r / profile.a, 1.0)
+    slope = jnp.where(pos, profile.G * profile.total_mass * profile.mass_fraction(r) / q_safe**2 / profile.a**2, 0.0)
     return _with_radial(value, d_param, slope, dr)
 
 

@@ -43,6 +43,7 @@ from ..profiles.king import (
 )
 from ..sampling import isotropic_directions, uniform_open
 from ..units import G_PHYSICAL
+from ..validation import as_float
 from ._base import AbstractClusterModel, Interval, Parameter, RecordedModel
 
 W0_SUPPORT = Interval(W0_MIN, W0_MAX, lower_inclusive=True, upper_inclusive=True)
@@ -51,7 +52,8 @@ MULTIMASS_KEYS = ("delta", "component_masses")
 
 
 def _as_float(x):
-    return None if x is None else jnp.asarray(x, jnp.result_type(float))
+    """A float array in `x`'s own floating dtype (`validation.as_float`)."""
+    return None if x is None else as_float(x)
 
 
 class LoweredIsothermal(AbstractClusterModel):
@@ -210,6 +212,10 @@ class LoweredIsothermal(AbstractClusterModel):
         return sample_speed_fraction(self._speed_table(), W, u) * self.escape_speed_of_W(W)
 
     def sample_phase_space(self, keys, n: int, dtype) -> tuple[Array, Array]:
+        positions, velocities = self._phase_space(keys, n, dtype)
+        return positions.astype(dtype), velocities.astype(dtype)  # a float32 sample of a float64 model
+
+    def _phase_space(self, keys, n: int, dtype) -> tuple[Array, Array]:
         k_r, k_rdir, k_v, k_vdir = keys
         r_model, W = king_sample_radii(self.solved, uniform_open(k_r, (n,), dtype))
         pos = W > 0  # double where: sqrt'(0) never reaches a gradient
