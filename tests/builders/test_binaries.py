@@ -1,5 +1,7 @@
 """Builders with primordial binaries: systems, orbits recovered from the particles, Q, units, gradients."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -194,3 +196,23 @@ def test_systems_for_stars_gives_the_star_budget():
     assert abs(ic.n - 3000) < 5 * np.sqrt(n * 0.25)
     with pytest.raises(ValueError, match="fraction"):
         systems_for_stars(100, 1.5)
+
+
+def test_a_binary_float32_cannot_place_is_warned_about():
+    # Far from the origin float32 rounds a close companion onto its primary
+    # (an EFF halo star at 1 kpc: 12 au): such a pair has no orbit, and its
+    # cluster's exact W was -inf. The builders now say so, and how to avoid it.
+    from progenax.builders._binaries import drop_absent_companions
+    from progenax.state import InitialConditions, ParticleState
+
+    x = np.array([[1000.0, 0.0, 0.0], [1000.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1e-5, 0.0]], np.float32)
+    state = ParticleState(jnp.asarray(x), jnp.zeros((4, 3), jnp.float32), jnp.ones(4, jnp.float32))
+    pairs = jnp.array([[0, 1], [2, 3]])
+    ic = InitialConditions(state, jnp.ones(4, jnp.float32), "plummer", {}, physical_units(), pairs)
+    with pytest.warns(UserWarning, match="1 of 2 binaries have both stars at one position: float32"):
+        drop_absent_companions(ic)
+    moved = ParticleState(state.positions.at[1, 1].set(1.0), state.velocities, state.masses)
+    apart = InitialConditions(moved, ic.weights, "plummer", {}, physical_units(), pairs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        drop_absent_companions(apart)

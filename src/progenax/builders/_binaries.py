@@ -29,6 +29,8 @@ builders do it when called eagerly; under `jit` or `grad` the slots stay, weight
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,6 +100,7 @@ def drop_absent_companions(ic: InitialConditions) -> InitialConditions:
         return ic
     weights = np.asarray(ic.weights)
     pairs = np.asarray(ic.pairs)
+    _warn_unresolved_binaries(np.asarray(ic.state.positions), weights, pairs)
     secondary_weight = weights[pairs[:, 1]]
     if not np.all((secondary_weight == 0) | (secondary_weight == 1)):
         return ic
@@ -110,3 +113,18 @@ def drop_absent_companions(ic: InitialConditions) -> InitialConditions:
     return InitialConditions(
         state, ic.weights[keep], ic.model, ic.params, ic.units, jnp.asarray(new_index[binary_pairs])
     )
+
+
+def _warn_unresolved_binaries(positions: np.ndarray, weights: np.ndarray, pairs: np.ndarray) -> None:
+    """Warn when a binary's two stars lie at one position: float32 resolves
+    about 6e-8 of the distance from the origin (12 au at 1 kpc), and such a
+    pair has no orbit (its binding energy is infinite)."""
+    present = weights[pairs[:, 1]] > 0
+    same = present & np.all(positions[pairs[:, 0]] == positions[pairs[:, 1]], axis=1)
+    if same.any():
+        warnings.warn(
+            f"{int(same.sum())} of {int(present.sum())} binaries have both stars at one position: "
+            f"{positions.dtype} cannot resolve their separations at their distance from the origin; "
+            "build clusters with binaries in float64 (jax.config.update('jax_enable_x64', True))",
+            stacklevel=3,
+        )
