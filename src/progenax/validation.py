@@ -160,29 +160,25 @@ def check_range(
 ) -> Array:
     """Check a (possibly traced) parameter lies in its allowed range and is finite.
 
-    Returns the value as a float array; under jit the check runs at execution.
-    `note` is appended to the message (e.g. what None means for an optional one).
+    Returns the value as a float array (`as_float`); under jit the check runs
+    at execution. `note` is appended to the message (e.g. what None means for
+    an optional one).
     """
-    x = as_float(value)
-    bad, message = _range_violation(name, x, lower, upper, lower_inclusive, upper_inclusive)
-    # Test `bad`, not `x`: under eager grad `x` is a tracer while `bad` is concrete.
-    if _is_concrete(bad):
-        if bool(np.any(bad)):
-            raise ValueError(f"{message}, got {_shown(x)}{note}")
-        return x
-    return error_if(x, jnp.any(bad), message + note)
+    bounds = dict(lower=lower, upper=upper, lower_inclusive=lower_inclusive, upper_inclusive=upper_inclusive)
+    return check_argument(name, as_float(value), note=note, **bounds)
 
 
-def check_argument(name: str, value, **bounds):
+def check_argument(name: str, value, *, note: str = "", **bounds):
     """`check_range` that returns `value` as given, its dtype and weak type
     kept: for a public function whose arguments' dtypes set its result's
     (float32 arrays with a Python-number argument stay float32 under x64)."""
     bad, message = _range_violation(name, value, **bounds)
+    # Test `bad`, not `value`: under eager grad `value` is a tracer while `bad` is concrete.
     if _is_concrete(bad):
         if bool(np.any(bad)):
-            raise ValueError(f"{message}, got {_shown(np.asarray(value))}")
+            raise ValueError(f"{message}, got {_shown(value)}{note}")
         return value
-    return error_if(value, jnp.any(bad), message)
+    return error_if(value, jnp.any(bad), message + note)
 
 
 def check_static_range(

@@ -100,7 +100,8 @@ def drop_absent_companions(ic: InitialConditions) -> InitialConditions:
         return ic
     weights = np.asarray(ic.weights)
     pairs = np.asarray(ic.pairs)
-    _warn_unresolved_binaries(np.asarray(ic.state.positions), weights, pairs)
+    if ic.state.positions.dtype == jnp.float32:  # float64 resolves au at any cluster's radii: no host copy
+        _warn_unresolved_binaries(np.asarray(ic.state.positions), weights, pairs)
     secondary_weight = weights[pairs[:, 1]]
     if not np.all((secondary_weight == 0) | (secondary_weight == 1)):
         return ic

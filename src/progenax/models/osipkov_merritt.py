@@ -68,12 +68,12 @@ def osipkov_merritt_limit(model) -> Array:
     in float32 Plummer's tail is noise, and the ratio there read 66,024 pc).
     Plummer: $0.75\,a$ (to $2\times10^{-7}$)."""
     f0, f2 = osipkov_merritt_parts(model, df_nodes(model, jnp.result_type(model.r_h, float)))
-    counted = (f0 > 0) & _resolved(f0, f2)
+    counted = (f0 > 0) & _resolved(f2)
     ratio = jnp.max(jnp.where(counted, -f2 / jnp.where(counted, f0, 1.0), 0.0))
     return model.r_h * safe_sqrt(ratio)
 
 
-def _resolved(f0: Array, f2: Array) -> Array:
+def _resolved(f2: Array) -> Array:
     """The DF nodes whose anisotropic term $f_2$ is resolved: $|f_2|$ above
     eps^(3/4) of its largest (2e-12 in float64, 6e-6 in float32). Where $f_2$
     is resolved its sign is, so neither the limit nor the f >= 0 check reads
@@ -83,7 +83,6 @@ def _resolved(f0: Array, f2: Array) -> Array:
     sum of both terms' largest instead, a cusp's $f_0$ (Dehnen gamma = 1:
     1e12 at x = -10) hid the nodes that set its limit (x = -1.4, $f_0$ = 1.5e3)
     and the float32 limit read 0.0057 a for 0.20 a."""
-    del f0  # resolved wherever f2 is, at every model measured (tests)
     scale = jnp.abs(f2)
     return scale > float(np.finfo(scale.dtype).eps) ** 0.75 * jnp.max(scale)
 
@@ -113,7 +112,7 @@ def checked_df(model, ra: Array, x_f: Array) -> Array:
     eps = float(np.finfo(f.dtype).eps)
     terms = jnp.abs(f0) + jnp.abs(f2)
     floor = max(float(np.sqrt(eps)), _QUADRATURE_ERROR) * terms
-    bad = jnp.any((f < -floor) & _resolved(f0, f2))
+    bad = jnp.any((f < -floor) & _resolved(f2))
     # At the limit f touches 0 at one energy: ln f there (clipped at the smallest
     # float) made the table's Hermite interpolation dip over a wide range of
     # energies (Hernquist at its limit: T/|W| 0.34). Floored at the rounding

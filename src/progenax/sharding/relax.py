@@ -46,7 +46,7 @@ from ..diagnostics.ring import ring_weighted_quantiles
 from ..neighbours import make_pair_sum, minimum_image
 from ..sampling import safe_norm
 from ..sph.adaptive import loss_gradient_features, loss_gradient_pair
-from ..sph.density import checked_box, checked_positions
+from ..sph.density import checked_box, checked_masses, checked_positions
 from ..sph.kernels import SUPPORT
 from ..sph.pairs import density_pair_sum
 from ..sph.projections import KeepRadii, LimitStep, centre_of_mass, knot_fractions, project
@@ -56,7 +56,7 @@ from ..sph.projections import KeepRadii, LimitStep, centre_of_mass, knot_fractio
 # resolution and check) is written once.
 from ..sph.relaxation import RELAX_KERNEL, RelaxSettings, _schedule, _smoothing_lengths_and_slope
 from ..sph.targets import _check_target_values, _resolve_target
-from ..validation import check_range, check_static_int
+from ..validation import check_static_int
 from ._device import Config, mesh_axis, plan_exchange, query_cells, raise_if, shard_map_particles, with_halo
 from .density import measure_halo
 from .slabs import decompose, slab_coordinate
@@ -242,7 +242,7 @@ def relax(
     target_fn, _ = _resolve_target(target, None, box, x0.dtype)
     if not isinstance(target_fn, jax.tree_util.Partial):
         target_fn = jax.tree_util.Partial(target_fn)  # a pytree: a jit argument, the function static
-    m = jnp.broadcast_to(check_range("masses", masses, lower=0.0, lower_inclusive=True).astype(x0.dtype), (n,))
+    m = checked_masses(masses, n, x0.dtype)
     _check_target_values(target_fn(x0))
     if keep_radii and box is not None:
         raise ValueError("keep_radii applies to open boundaries (box=None)")

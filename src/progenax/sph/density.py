@@ -125,6 +125,11 @@ def prepare_density_arguments(positions, masses, h, box, kernel, backend="cells"
     return positions, masses, m_uniform, h, h_uniform, checked_box(box, dim, dtype, h), kern
 
 
+def checked_masses(masses: ArrayLike, n: int, dtype) -> Array:
+    """Particle masses (N,) from a scalar or (N,), >= 0 and finite (`relax`'s)."""
+    return _per_particle("masses", check_range("masses", masses, lower=0.0, lower_inclusive=True), n, dtype)
+
+
 def _per_particle(name, value, n, dtype):
     value = jnp.asarray(value, dtype)
     if value.ndim == 0:

@@ -34,11 +34,11 @@ from ..builders._common import as_key
 from ..diagnostics.energy import scale_to_virial_ratio
 from ..sampling import isotropic_directions, safe_norm
 from ..state import InitialConditions, ParticleState
-from ..validation import check_range, deferred_checks
+from ..validation import deferred_checks
 from .adaptive import adaptive_density as adaptive_density
 from .adaptive import loss_gradient_features as _loss_gradient_features  # noqa: F401 (tests/sph/test_pairs.py)
 from .adaptive import loss_gradient_pair as _loss_gradient_pair  # noqa: F401
-from .density import checked_box, checked_positions
+from .density import checked_box, checked_masses, checked_positions
 from .pairs import density_pair as _density_pair  # noqa: F401 (tests/sph/test_pairs.py)
 from .projections import SMALL_N, KeepCentreOfMass, KeepHalfMassRadius, KeepRadii, LimitStep, centre_of_mass
 from .relaxation import RELAX_KERNEL, run
@@ -173,7 +173,7 @@ def relax(
             if not uniform:
                 raise ValueError("give masses= for a bare positions array with a non-constant target")
             masses = jnp.asarray(target, dtype) * jnp.prod(box) / n
-        m = jnp.broadcast_to(check_range("masses", masses, lower=0.0, lower_inclusive=True).astype(dtype), (n,))
+        m = checked_masses(masses, n, dtype)
     if velocities == "resample" and (ic is None or key is None):
         raise ValueError("velocities='resample' needs an InitialConditions and a key")
     if velocities == "resample":

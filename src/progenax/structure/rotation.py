@@ -55,7 +55,6 @@ def check_rotation_arguments(
         return None, None
     check_scalar("rotation", rotation)
     check_scalar("rotation_scale", rotation_scale)
-    # Both enter only through the flips (pathwise gradient 0): piecewise constant for the checks.
     k = checks.range("rotation", rotation, lower=-1.0, upper=1.0, lower_inclusive=True, upper_inclusive=True)
     scale = checks.range("rotation_scale", rotation_scale, lower=0.0, lower_inclusive=True)
     return k, scale
