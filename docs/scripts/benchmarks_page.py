@@ -242,10 +242,11 @@ def main() -> None:
         ),
         "sph.py": lambda: section(
             "sph.py",
-            ["--sizes", *args.sph_sizes],
+            ["--sizes", *args.sph_sizes, "--processes", "3"],
             "SPH density loss",
             "progenax's cell list against jax-md's neighbour list on the seed workload "
-            "(see the [SPH stage](sph.md)); each case runs in a fresh process.",
+            "(see the [SPH stage](sph.md)); each case runs in three fresh processes, the fastest kept "
+            "(the machine, shared with others, has slow periods: see `benchmarks/sph.py`).",
             extra=sph_figure,
         ),
         "foundation_figures.py": lambda: section(
