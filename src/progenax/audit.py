@@ -320,7 +320,7 @@ def _load_registry() -> None:
         # Truncated with gamma < 2 needs (r_h / r_t)^(2 - gamma) > 1/2: gamma > 1.37 at r_t = 3 r_h.
         AuditEntry("eff_builder", "gamma", 1.8, (1.4, 8.0), kwargs={"r_t": 3.0}),
         # King entries keep Q = None (equilibrium DF velocities); the LIMEPY ones
-        # all pass Q, so each builder compiles once (a compile costs ~30 s).
+        # all pass Q, so each builder compiles once (a gradient compile costs up to ~6 s).
         AuditEntry("king_builder", "alpha", 2.3, (0.5, 4.0)),
         # Full since a traced segregation = 0 skips the energy ranking (issue 22: the
         # ranking re-paired masses with orbits and jumped with W0 and gamma).
