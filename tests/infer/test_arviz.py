@@ -44,7 +44,7 @@ def test_a_second_fit_in_one_process():
     # with `==` against its caches: the starting values stored there as bare
     # arrays were the first fit's leaked tracers, and the second fit in a
     # process (its `to_inference_data`) raised "arrays cannot be passed as
-    # metadata fields". They are wrapped (`initialization.start_value`).
+    # metadata fields". They are wrapped (`initialization.StartValue`).
     import progenax
     import progenax.infer
 

@@ -19,7 +19,7 @@ from numpyro.distributions import constraints
 from .._types import Array, ArrayLike
 from ..models import AbstractClusterModel
 from .data import ObservedCluster, _concrete
-from .initialization import INIT_KEY, start_value
+from .initialization import INIT_KEY, StartValue
 from .mock import MockLikelihood
 from .priors import check_prior_supports, prior_range
 
@@ -115,7 +115,7 @@ def site_above_wall(name: str, prior: dist.Distribution, wall: Array, start: Arr
         u = numpyro.sample(
             f"{name}_unconstrained",
             dist.ImproperUniform(constraints.real, (), ()),
-            infer={INIT_KEY: start_value(jnp.log(fraction) - jnp.log1p(-fraction))},
+            infer={INIT_KEY: StartValue(jnp.log(fraction) - jnp.log1p(-fraction))},
         )
         value = lower + width * jax.nn.sigmoid(u)
         log_jacobian = jnp.log(width) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u)
@@ -125,7 +125,7 @@ def site_above_wall(name: str, prior: dist.Distribution, wall: Array, start: Arr
         u = numpyro.sample(
             f"{name}_unconstrained",
             dist.ImproperUniform(constraints.real, (), ()),
-            infer={INIT_KEY: start_value(jnp.log(jnp.where(gap > 0, gap, 1e-3)))},
+            infer={INIT_KEY: StartValue(jnp.log(jnp.where(gap > 0, gap, 1e-3)))},
         )
         value = lower + jnp.exp(u)
         log_jacobian = u

@@ -23,7 +23,8 @@ INIT_KEY = "init_value"
 
 
 class StartValue:
-    """A site's starting value in its `infer` dict (`start_value`), opaque to
+    """A site's starting value in its `infer` dict
+    (`infer={INIT_KEY: StartValue(x)}`, as `init_to_data` reads it), opaque to
     JAX: numpyro traces keep `infer` as pytree metadata, which JAX compares
     with `==`, and ArviZ's `from_numpyro` traces the model under
     `jax.eval_shape`. A bare array there leaked that trace's tracer into the
@@ -36,14 +37,9 @@ class StartValue:
         self.value = value
 
 
-def start_value(value) -> StartValue:
-    """`infer={INIT_KEY: start_value(x)}`: x as `init_to_data` reads it."""
-    return StartValue(value)
-
-
 def init_to_data(site=None):
     """numpyro init strategy (call it with no site: `init_to_data()`): a site's
-    `infer["init_value"]` (a value, or one wrapped by `start_value`), else
+    `infer["init_value"]` (a value, or one wrapped in `StartValue`), else
     `init_to_uniform`.
 
     The value is moved 1e-3 of the width inside an interval support, so a start

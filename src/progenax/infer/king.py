@@ -51,7 +51,7 @@ from ..sampling import safe_norm
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
 from .framework import FRAME_PARAMETERS, check_model_arguments, site_above_wall, support_bounds, total_mass_of
-from .initialization import INIT_KEY, start_value
+from .initialization import INIT_KEY, StartValue
 from .likelihoods import kroupa_log_likelihood
 from .los import convolve_with_error, king_los_logpdf
 from .mock import INITIAL_VALUES, MockLikelihood, mock_factor
@@ -306,7 +306,7 @@ def king_model(
     merged = check_model_arguments(data, likelihood, priors, King, PARAMETERS + FRAME_PARAMETERS, _king_defaults)
     if isinstance(likelihood, MockLikelihood):
         params = {
-            p: numpyro.sample(p, merged[p], infer={INIT_KEY: start_value(likelihood.fiducial[p])}) for p in PARAMETERS
+            p: numpyro.sample(p, merged[p], infer={INIT_KEY: StartValue(likelihood.fiducial[p])}) for p in PARAMETERS
         }
         mock_factor(likelihood, params)
         return
@@ -332,7 +332,7 @@ def king_model(
     start = king_initial_values(data, total_mass, G, num_points, tabulated)
 
     def site(name):
-        return numpyro.sample(name, merged[name], infer={INIT_KEY: start_value(start[name])} if name in start else {})
+        return numpyro.sample(name, merged[name], infer={INIT_KEY: StartValue(start[name])} if name in start else {})
 
     if not reparametrize:
         r_h, alpha, Q, W0 = (site(name) for name in PARAMETERS)

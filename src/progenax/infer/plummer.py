@@ -29,7 +29,7 @@ from ..sampling import safe_norm
 from ..units import G_PHYSICAL
 from .data import ObservedCluster
 from .framework import FRAME_PARAMETERS, check_model_arguments, total_mass_of
-from .initialization import INIT_KEY, plummer_initial_values, start_value
+from .initialization import INIT_KEY, StartValue, plummer_initial_values
 from .likelihoods import (
     kroupa_log_likelihood,
     plummer_position_logpdf,
@@ -167,14 +167,14 @@ def plummer_model(
     merged = check_model_arguments(data, likelihood, priors, Plummer, PARAMETERS + FRAME_PARAMETERS, default_priors)
     if isinstance(likelihood, MockLikelihood):
         params = {
-            p: numpyro.sample(p, merged[p], infer={INIT_KEY: start_value(likelihood.fiducial[p])}) for p in PARAMETERS
+            p: numpyro.sample(p, merged[p], infer={INIT_KEY: StartValue(likelihood.fiducial[p])}) for p in PARAMETERS
         }
         mock_factor(likelihood, params)
         return
     start = plummer_initial_values(data, total_mass, G)
 
     def site(name):
-        return numpyro.sample(name, merged[name], infer={INIT_KEY: start_value(start[name])} if name in start else {})
+        return numpyro.sample(name, merged[name], infer={INIT_KEY: StartValue(start[name])} if name in start else {})
 
     r_h, alpha, Q = (site(name) for name in PARAMETERS)
     centre = site("centre") if fit_frame else None
